@@ -1,0 +1,98 @@
+"""The gateway's settings: one frozen object, loaded once from ``ENCLAVE_*`` variables.
+
+Nothing below this module reads the environment; the object is built in the CLI (or a
+test) and passed into :func:`gateway.app.create_app`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, get_args, get_type_hints
+
+PREFIX = "ENCLAVE_"
+
+Mode = Literal["embedded", "production"]
+LogFormat = Literal["auto", "json", "console"]
+LogLevel = Literal["debug", "info", "warning", "error"]
+
+
+class SettingsError(ValueError):
+    """A setting is missing or invalid; the message names the environment variable."""
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Everything the gateway process is configured with.
+
+    Each field ``name`` is read from ``ENCLAVE_<NAME>`` (upper case).
+    """
+
+    mode: Mode = "embedded"
+    host: str = "127.0.0.1"
+    port: int = 8000
+    log_level: LogLevel = "info"
+    log_format: LogFormat = "auto"
+    data_dir: Path = field(default_factory=lambda: Path(".enclave"))
+
+    def __post_init__(self) -> None:
+        if not 0 < self.port < 65536:
+            raise SettingsError(f"{env_name('port')} must be between 1 and 65535, got {self.port}")
+        if not self.host:
+            raise SettingsError(f"{env_name('host')} must not be empty")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Build settings from ``environ`` (default: the process environment).
+
+        Unknown ``ENCLAVE_*`` variables are not an error here (other processes share the
+        prefix); :func:`unknown_variables` lists them so the CLI can warn about typos.
+        """
+        env = os.environ if environ is None else environ
+        hints = get_type_hints(cls)
+        names = {f.name for f in dataclasses.fields(cls)}
+        values: dict[str, Any] = {}
+        for name in names:
+            raw = env.get(env_name(name))
+            if raw is not None:
+                values[name] = _convert(env_name(name), raw, hints[name])
+        return cls(**values)
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[str]:
+    """``ENCLAVE_*`` variables that name no setting: most likely typos."""
+    names = {env_name(f.name) for f in dataclasses.fields(Settings)}
+    return sorted(k for k in environ if k.startswith(PREFIX) and k not in names)
+
+
+def env_name(field_name: str) -> str:
+    return PREFIX + field_name.upper()
+
+
+def _convert(var: str, raw: str, kind: Any) -> Any:
+    choices = get_args(kind)
+    if choices and all(isinstance(c, str) for c in choices):
+        value = raw.strip().lower()
+        if value not in choices:
+            raise SettingsError(f"{var} must be one of {', '.join(choices)}; got {raw!r}")
+        return value
+    if kind is int:
+        try:
+            return int(raw)
+        except ValueError:
+            raise SettingsError(f"{var} must be an integer, got {raw!r}") from None
+    if kind is bool:
+        lowered = raw.strip().lower()
+        if lowered in {"1", "true", "yes", "on"}:
+            return True
+        if lowered in {"0", "false", "no", "off"}:
+            return False
+        raise SettingsError(f"{var} must be true or false, got {raw!r}")
+    if kind is Path:
+        return Path(raw)
+    if kind is str:
+        return raw
+    raise TypeError(f"no converter for {var} of type {kind!r}")  # a programming error
