@@ -1,0 +1,66 @@
+"""Rotary position embeddings (half-split layout), with llama3 and linear frequency scaling."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import nn
+
+
+def rope_inverse_frequencies(
+    head_dim: int, theta: float, scaling: dict[str, Any] | None
+) -> torch.Tensor:
+    """(head_dim // 2,) float32 inverse frequencies."""
+    exponents = torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim
+    inv_freq = 1.0 / (theta**exponents)
+    if scaling is None:
+        return inv_freq
+    rope_type = scaling["rope_type"]
+    factor = float(scaling["factor"])
+    if rope_type == "linear":
+        return inv_freq / factor
+    if rope_type == "llama3":
+        return _llama3_scale(inv_freq, factor, scaling)
+    raise ValueError(f"unsupported rope_type {rope_type!r}")
+
+
+def _llama3_scale(inv_freq: torch.Tensor, factor: float, scaling: dict[str, Any]) -> torch.Tensor:
+    # Llama 3.1 keeps high frequencies, divides low frequencies by `factor`, and blends
+    # linearly in between, measured by wavelength against the original context length.
+    low_factor = float(scaling["low_freq_factor"])
+    high_factor = float(scaling["high_freq_factor"])
+    original = float(scaling["original_max_position_embeddings"])
+    wavelength = 2 * math.pi / inv_freq
+    smooth = (original / wavelength - low_factor) / (high_factor - low_factor)
+    blended = (1 - smooth) * inv_freq / factor + smooth * inv_freq
+    scaled = torch.where(wavelength > original / low_factor, inv_freq / factor, blended)
+    return torch.where(wavelength < original / high_factor, inv_freq, scaled)
+
+
+class RotaryEmbedding(nn.Module):
+    def __init__(
+        self, head_dim: int, theta: float, scaling: dict[str, Any] | None, device: torch.device
+    ) -> None:
+        super().__init__()
+        inv_freq = rope_inverse_frequencies(head_dim, theta, scaling).to(device)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def forward(
+        self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """positions (T,); q (T, Hq, D), k (T, Hkv, D) -> rotated q and k, same dtype."""
+        inv_freq: torch.Tensor = self.inv_freq  # type: ignore[assignment]
+        angles = positions.float()[:, None] * inv_freq[None, :]  # (T, D/2)
+        cos = angles.cos()[:, None, :]
+        sin = angles.sin()[:, None, :]
+        return _rotate(q, cos, sin), _rotate(k, cos, sin)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    # cos/sin are float32; casting them to x's dtype first matches the reference models.
+    cos = cos.to(x.dtype)
+    sin = sin.to(x.dtype)
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)

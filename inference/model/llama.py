@@ -1,0 +1,179 @@
+"""The Llama family (Llama 2/3, Mistral, Qwen2, Qwen3, SmolLM2) over a paged KV cache.
+
+Shapes: T is the number of new tokens in the flat batch (prefill chunks and decodes mixed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from inference.kernels.attention import (
+    AttentionBackend,
+    AttentionMetadata,
+    KVCache,
+    TorchAttentionBackend,
+)
+from inference.model.arch import ArchConfig
+from inference.model.layers.activation import silu_and_mul
+from inference.model.layers.embedding import VocabEmbedding
+from inference.model.layers.linear import FusedLinear, Linear
+from inference.model.layers.norm import RMSNorm
+from inference.model.layers.rotary import RotaryEmbedding
+from inference.model.weights import load_named_weights
+
+
+class LlamaAttention(nn.Module):
+    def __init__(
+        self,
+        config: ArchConfig,
+        backend: AttentionBackend,
+        dtype: torch.dtype,
+        device: torch.device,
+    ) -> None:
+        super().__init__()
+        self.num_heads = config.num_heads
+        self.num_kv_heads = config.num_kv_heads
+        self.head_dim = config.head_dim
+        self.scale = config.head_dim**-0.5
+        self.backend = backend
+        q, kv = config.q_size, config.kv_size
+        self.qkv_proj = FusedLinear(
+            config.hidden_size, [q, kv, kv], bias=config.attention_bias, dtype=dtype, device=device
+        )
+        # Llama and Qwen3 put attention_bias on o_proj too; Qwen2 has q/k/v bias only.
+        o_bias = config.attention_bias and config.architecture != "Qwen2ForCausalLM"
+        self.o_proj = Linear(q, config.hidden_size, bias=o_bias, dtype=dtype, device=device)
+        self.q_norm: RMSNorm | None = None
+        self.k_norm: RMSNorm | None = None
+        if config.qk_norm:
+            self.q_norm = RMSNorm(config.head_dim, config.rms_norm_eps, dtype, device)
+            self.k_norm = RMSNorm(config.head_dim, config.rms_norm_eps, dtype, device)
+        self.rotary = RotaryEmbedding(
+            config.head_dim, config.rope_theta, config.rope_scaling, device
+        )
+
+    def forward(
+        self,
+        hidden: torch.Tensor,  # (T, hidden)
+        positions: torch.Tensor,  # (T,)
+        kv_cache: KVCache,
+        meta: AttentionMetadata,
+    ) -> torch.Tensor:
+        num_tokens = hidden.shape[0]
+        q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        q, k, v = self.qkv_proj(hidden).split([q_size, kv_size, kv_size], dim=-1)
+        q = q.view(num_tokens, self.num_heads, self.head_dim)
+        k = k.view(num_tokens, self.num_kv_heads, self.head_dim)
+        v = v.view(num_tokens, self.num_kv_heads, self.head_dim)
+        if self.q_norm is not None and self.k_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = self.rotary(positions, q, k)
+        self.backend.write_kv(k, v, kv_cache, meta.slot_mapping)
+        out = self.backend.forward(q, kv_cache, meta, self.scale)  # (T, Hq, D)
+        return self.o_proj(out.view(num_tokens, q_size))
+
+
+class LlamaMLP(nn.Module):
+    def __init__(self, config: ArchConfig, dtype: torch.dtype, device: torch.device) -> None:
+        super().__init__()
+        inter = config.intermediate_size
+        self.gate_up_proj = FusedLinear(
+            config.hidden_size, [inter, inter], bias=False, dtype=dtype, device=device
+        )
+        self.down_proj = Linear(inter, config.hidden_size, bias=False, dtype=dtype, device=device)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(silu_and_mul(self.gate_up_proj(x)))
+
+
+class LlamaDecoderLayer(nn.Module):
+    def __init__(
+        self,
+        config: ArchConfig,
+        backend: AttentionBackend,
+        dtype: torch.dtype,
+        device: torch.device,
+    ) -> None:
+        super().__init__()
+        eps = config.rms_norm_eps
+        self.input_layernorm = RMSNorm(config.hidden_size, eps, dtype, device)
+        self.self_attn = LlamaAttention(config, backend, dtype, device)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, eps, dtype, device)
+        self.mlp = LlamaMLP(config, dtype, device)
+
+    def forward(
+        self,
+        hidden: torch.Tensor,
+        positions: torch.Tensor,
+        kv_cache: KVCache,
+        meta: AttentionMetadata,
+    ) -> torch.Tensor:
+        hidden = hidden + self.self_attn(self.input_layernorm(hidden), positions, kv_cache, meta)
+        return hidden + self.mlp(self.post_attention_layernorm(hidden))
+
+
+class LlamaModel(nn.Module):
+    def __init__(
+        self,
+        config: ArchConfig,
+        backend: AttentionBackend,
+        dtype: torch.dtype,
+        device: torch.device,
+    ) -> None:
+        super().__init__()
+        self.embed_tokens = VocabEmbedding(config.vocab_size, config.hidden_size, dtype, device)
+        self.layers = nn.ModuleList(
+            LlamaDecoderLayer(config, backend, dtype, device) for _ in range(config.num_layers)
+        )
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, dtype, device)
+
+
+class LlamaForCausalLM(nn.Module):
+    def __init__(
+        self,
+        config: ArchConfig,
+        dtype: torch.dtype,
+        device: torch.device | str = "cpu",
+        *,
+        attention_backend: AttentionBackend | None = None,
+    ) -> None:
+        super().__init__()
+        device = torch.device(device)
+        self.config = config
+        self.dtype = dtype
+        backend = attention_backend or TorchAttentionBackend()
+        self.model = LlamaModel(config, backend, dtype, device)
+        self.lm_head: Linear | None = None
+        if not config.tie_word_embeddings:
+            self.lm_head = Linear(
+                config.hidden_size, config.vocab_size, bias=False, dtype=dtype, device=device
+            )
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,  # (T,)
+        positions: torch.Tensor,  # (T,)
+        kv_caches: list[KVCache],
+        meta: AttentionMetadata,
+    ) -> torch.Tensor:
+        """Final-normed hidden states (T, hidden); new keys/values land in kv_caches."""
+        if len(kv_caches) != len(self.model.layers):
+            raise ValueError(f"need {len(self.model.layers)} KV caches, got {len(kv_caches)}")
+        hidden = self.model.embed_tokens(input_ids)
+        for layer, kv_cache in zip(self.model.layers, kv_caches, strict=True):
+            hidden = layer(hidden, positions, kv_cache, meta)
+        normed: torch.Tensor = self.model.norm(hidden)
+        return normed
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """(N, hidden) -> (N, vocab) float32."""
+        weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+        return F.linear(hidden, weight).float()
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Load Hugging Face-named tensors; raise ValueError on missing/unexpected/bad shape."""
+        load_named_weights(self, weights, tied=self.config.tie_word_embeddings)

@@ -1,0 +1,133 @@
+"""GGUF tensors as Hugging Face tensors: llama.cpp names mapped back, dequantized to float32.
+
+llama.cpp's converter permutes the Q and K projection rows of Llama checkpoints so that its
+rotary kernel can rotate adjacent pairs; Hugging Face rotates the two halves of each head.
+`unpermute_rotary_rows` undoes that, so the weights fit a model written for HF checkpoints.
+"""
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from gguf import GGMLQuantizationType, ReaderTensor
+from gguf.quants import dequantize
+
+SUPPORTED_TENSOR_TYPES = frozenset(
+    {
+        GGMLQuantizationType.F32,
+        GGMLQuantizationType.F16,
+        GGMLQuantizationType.BF16,
+        GGMLQuantizationType.Q8_0,
+        GGMLQuantizationType.Q4_0,
+        GGMLQuantizationType.Q4_1,
+        GGMLQuantizationType.Q4_K,
+        GGMLQuantizationType.Q5_K,
+        GGMLQuantizationType.Q6_K,
+    }
+)
+
+GLOBAL_TENSOR_NAMES = {
+    "token_embd.weight": "model.embed_tokens.weight",
+    "output_norm.weight": "model.norm.weight",
+    "output.weight": "lm_head.weight",
+}
+
+LAYER_TENSOR_NAMES = {
+    "attn_norm.weight": "input_layernorm.weight",
+    "ffn_norm.weight": "post_attention_layernorm.weight",
+    "attn_q.weight": "self_attn.q_proj.weight",
+    "attn_k.weight": "self_attn.k_proj.weight",
+    "attn_v.weight": "self_attn.v_proj.weight",
+    "attn_q.bias": "self_attn.q_proj.bias",
+    "attn_k.bias": "self_attn.k_proj.bias",
+    "attn_v.bias": "self_attn.v_proj.bias",
+    "attn_output.weight": "self_attn.o_proj.weight",
+    "attn_q_norm.weight": "self_attn.q_norm.weight",
+    "attn_k_norm.weight": "self_attn.k_norm.weight",
+    "ffn_gate.weight": "mlp.gate_proj.weight",
+    "ffn_up.weight": "mlp.up_proj.weight",
+    "ffn_down.weight": "mlp.down_proj.weight",
+}
+
+# Precomputed rotary frequencies (Llama 3 files); HF models derive them from the config.
+SKIPPED_TENSOR_NAMES = frozenset({"rope_freqs.weight"})
+
+_LAYER_NAME = re.compile(r"blk\.(\d+)\.(.+)")
+
+
+def hf_tensor_name(gguf_name: str) -> str:
+    """The Hugging Face name of a llama.cpp tensor; ValueError for a name we do not know."""
+    if gguf_name in GLOBAL_TENSOR_NAMES:
+        return GLOBAL_TENSOR_NAMES[gguf_name]
+    match = _LAYER_NAME.fullmatch(gguf_name)
+    if match is not None and match.group(2) in LAYER_TENSOR_NAMES:
+        return f"model.layers.{match.group(1)}.{LAYER_TENSOR_NAMES[match.group(2)]}"
+    raise ValueError(f"GGUF tensor {gguf_name!r} has no Hugging Face counterpart we know")
+
+
+def unpermute_rotary_rows(weight: np.ndarray, num_heads: int) -> np.ndarray:
+    """Undo llama.cpp's per-head interleave of Q/K rows (rows are the output features)."""
+    rows = weight.shape[0]
+    if rows % (2 * num_heads) != 0:
+        raise ValueError(f"{rows} rotary rows do not split into {num_heads} heads of pairs")
+    half = rows // num_heads // 2
+    # GGUF row order within a head is (half, 2); HF's is (2, half).
+    grouped = weight.reshape(num_heads, half, 2, *weight.shape[1:])
+    return grouped.swapaxes(1, 2).reshape(weight.shape)
+
+
+def dequantize_tensor(tensor: ReaderTensor) -> np.ndarray:
+    """A GGUF tensor as float32 in numpy (row-major) shape; ValueError for unsupported types."""
+    qtype = GGMLQuantizationType(tensor.tensor_type)
+    if qtype not in SUPPORTED_TENSOR_TYPES:
+        raise ValueError(f"GGUF tensor {tensor.name!r} has unsupported type {qtype.name}")
+    # GGUF lists dimensions fastest-first; numpy wants them slowest-first.
+    shape = tuple(int(dim) for dim in reversed(tensor.shape.tolist()))
+    raw = np.asarray(tensor.data)
+    if qtype in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
+        values = raw.astype(np.float32, copy=False)
+    else:
+        values = dequantize(raw.view(np.uint8), qtype)
+    return np.ascontiguousarray(values, dtype=np.float32).reshape(shape)
+
+
+@dataclass(frozen=True)
+class TensorPlan:
+    """Which GGUF tensors become which HF tensors, and which need their rotary rows undone."""
+
+    entries: tuple[tuple[str, ReaderTensor], ...]
+    query_heads: int
+    key_value_heads: int
+    unpermute_rotary: bool
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def __iter__(self) -> Iterator[tuple[str, torch.Tensor]]:
+        for hf_name, tensor in self.entries:
+            values = dequantize_tensor(tensor)
+            if self.unpermute_rotary and hf_name.endswith("q_proj.weight"):
+                values = unpermute_rotary_rows(values, self.query_heads)
+            elif self.unpermute_rotary and hf_name.endswith("k_proj.weight"):
+                values = unpermute_rotary_rows(values, self.key_value_heads)
+            if not values.flags.writeable:
+                # F32 tensors are views of the read-only memory map; torch wants its own copy.
+                values = values.copy()
+            yield hf_name, torch.from_numpy(np.ascontiguousarray(values))
+
+
+def plan_tensors(
+    tensors: list[ReaderTensor], query_heads: int, key_value_heads: int, unpermute_rotary: bool
+) -> TensorPlan:
+    """Check every tensor's name and type up front, so a bad file fails before any is read."""
+    entries = []
+    for tensor in tensors:
+        if tensor.name in SKIPPED_TENSOR_NAMES:
+            continue
+        qtype = GGMLQuantizationType(tensor.tensor_type)
+        if qtype not in SUPPORTED_TENSOR_TYPES:
+            raise ValueError(f"GGUF tensor {tensor.name!r} has unsupported type {qtype.name}")
+        entries.append((hf_tensor_name(tensor.name), tensor))
+    return TensorPlan(tuple(entries), query_heads, key_value_heads, unpermute_rotary)
