@@ -43,6 +43,8 @@ class Sequence:
     num_computed_tokens: int = 0
     num_cached_tokens: int = 0
     num_preemptions: int = 0
+    # Chained hashes of this sequence's full blocks, memoised by the block manager.
+    block_hashes: list[int] = field(default_factory=list)
     finish_reason: str | None = None  # "stop" | "length" | "abort"
 
     def __post_init__(self) -> None:

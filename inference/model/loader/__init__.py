@@ -20,12 +20,18 @@ DTYPE_NAMES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": 
 def resolve_dtype(
     requested: torch.dtype | str, hf_config: dict[str, Any], device: torch.device
 ) -> torch.dtype:
-    """ "auto" follows the checkpoint, except float16 on CPU becomes bfloat16 (faster there)."""
+    """Pick the weights' dtype.
+
+    "auto" follows the checkpoint, with vLLM's exception for float32 checkpoints (and GGUF
+    files, which dequantize to float32): they run in bfloat16, which halves the bytes read
+    per step and uses AMX / tensor cores. float16 on CPU becomes bfloat16 too (faster there).
+    Ask for "float32" explicitly for exact comparisons.
+    """
     if isinstance(requested, torch.dtype):
         dtype = requested
     elif requested == "auto":
         dtype = checkpoint_dtype(hf_config)
-        if dtype == torch.float16 and device.type == "cpu":
+        if dtype == torch.float32 or (dtype == torch.float16 and device.type == "cpu"):
             dtype = torch.bfloat16
     elif requested in DTYPE_NAMES:
         dtype = DTYPE_NAMES[requested]

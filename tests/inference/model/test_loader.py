@@ -37,11 +37,11 @@ def test_loads_every_tensor_of_the_checkpoint(llama_dir: Path) -> None:
     assert torch.equal(model.lm_head.weight, state["lm_head.weight"])
 
 
-def test_auto_dtype_follows_checkpoint_and_explicit_dtype_wins(llama_dir: Path) -> None:
+def test_auto_dtype_runs_float32_as_bf16_and_explicit_dtype_wins(llama_dir: Path) -> None:
     auto, _ = load_model(llama_dir, progress=False)
-    assert auto.model.embed_tokens.weight.dtype == torch.float32
-    bf16, _ = load_model(llama_dir, dtype=torch.bfloat16, progress=False)
-    assert bf16.state_dict()["model.layers.0.self_attn.qkv_proj.weight"].dtype == torch.bfloat16
+    assert auto.model.embed_tokens.weight.dtype == torch.bfloat16  # float32 runs as bf16
+    f32, _ = load_model(llama_dir, dtype=torch.float32, progress=False)
+    assert f32.state_dict()["model.layers.0.self_attn.qkv_proj.weight"].dtype == torch.float32
     with pytest.raises(ValueError, match="unknown dtype"):
         load_model(llama_dir, dtype="float8", progress=False)
 

@@ -1,0 +1,34 @@
+"""`python -m inference serve ...` (the worker) and `python -m inference bench ...`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m inference")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    from inference.server.cli import add_arguments as add_serve
+
+    add_serve(commands.add_parser("serve", help="the OpenAI-compatible worker"))
+    bench = commands.add_parser("bench", help="benchmarks that print JSON")
+    which = bench.add_subparsers(dest="bench", required=True, metavar="BENCHMARK")
+
+    from inference.bench.throughput import add_arguments as add_throughput
+
+    add_throughput(which.add_parser("throughput", help="offline throughput vs transformers"))
+    from inference.bench.serve import add_arguments as add_bench_serve
+
+    add_bench_serve(which.add_parser("serve", help="online latency against a running worker"))
+    args = parser.parse_args(argv)
+    try:
+        return int(args.run(args))
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"python -m inference: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,150 @@
+"""`python -m inference bench throughput`: our engine against naive transformers.
+
+Both run in one process, one after the other, on the same prompts, so the ratio of their
+output tokens/s is what to read (absolute numbers move with the machine's load).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import resource
+import time
+from typing import Any
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, help="HF directory or .gguf file")
+    parser.add_argument("--num-prompts", type=int, default=64)
+    parser.add_argument("--input-len", type=int, default=128)
+    parser.add_argument("--output-len", type=int, default=128)
+    parser.add_argument("--prefix-len", type=int, default=0, help="tokens shared by all prompts")
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--max-num-seqs", type=int, default=64)
+    parser.add_argument("--max-num-batched-tokens", type=int, default=2048)
+    parser.add_argument(
+        "--naive-prompts",
+        type=int,
+        default=2,
+        help="how many prompts the naive transformers baseline runs, one at a time (0: skip)",
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--output", help="also write the JSON to this file")
+    parser.set_defaults(run=run)
+
+
+def _check(args: argparse.Namespace) -> None:
+    for name in ("num_prompts", "input_len", "output_len"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
+    if args.prefix_len < 0 or args.naive_prompts < 0:
+        raise ValueError("--prefix-len and --naive-prompts must not be negative")
+
+
+def make_prompts(vocab_size: int, special: set[int], args: argparse.Namespace) -> list[list[int]]:
+    rng = random.Random(args.seed)
+    usable = [t for t in range(vocab_size) if t not in special]
+    prefix = [rng.choice(usable) for _ in range(args.prefix_len)]
+    return [
+        prefix + [rng.choice(usable) for _ in range(args.input_len)]
+        for _ in range(args.num_prompts)
+    ]
+
+
+def run(args: argparse.Namespace) -> int:
+    _check(args)
+    import torch
+
+    from inference import LLM, SamplingParams
+
+    started = time.perf_counter()
+    llm = LLM(
+        args.model,
+        dtype=args.dtype,
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        max_model_len=args.prefix_len + args.input_len + args.output_len + 16,
+        progress=False,
+    )
+    load_s = time.perf_counter() - started
+    tok = llm.tokenizer
+    prompts = make_prompts(llm.engine.arch.vocab_size, set(tok.all_special_ids), args)
+    params = SamplingParams(temperature=0, max_tokens=args.output_len, ignore_eos=True)
+
+    # A short warm-up so one-time costs (allocations, oneDNN primitive creation) are not timed.
+    llm.generate(prompts[:2], SamplingParams(temperature=0, max_tokens=4, ignore_eos=True))
+    started = time.perf_counter()
+    outputs = llm.generate(prompts, params)
+    elapsed = time.perf_counter() - started
+    out_tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
+    in_tokens = sum(len(p) for p in prompts)
+    result: dict[str, Any] = {
+        "benchmark": "throughput",
+        "model": args.model,
+        "dtype": args.dtype,
+        "num_prompts": args.num_prompts,
+        "input_len": args.input_len,
+        "prefix_len": args.prefix_len,
+        "output_len": args.output_len,
+        "torch_threads": torch.get_num_threads(),
+        "load_seconds": round(load_s, 2),
+        "elapsed_seconds": round(elapsed, 2),
+        "output_tokens_per_s": round(out_tokens / elapsed, 1),
+        "total_tokens_per_s": round((out_tokens + in_tokens) / elapsed, 1),
+        "cached_prompt_tokens": sum(o.num_cached_tokens for o in outputs),
+        "prompt_tokens": in_tokens,
+        "kv_capacity_tokens": llm.engine.kv_capacity_tokens,
+        "preemptions": llm.engine.scheduler.num_preemptions,
+    }
+    del llm
+    if args.naive_prompts:
+        naive = naive_transformers(args, prompts[: args.naive_prompts])
+        result["naive_transformers"] = naive
+        result["speedup_output_tokens_per_s"] = round(
+            result["output_tokens_per_s"] / naive["output_tokens_per_s"], 1
+        )
+    result["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.output:
+        with open(args.output, "w") as handle:
+            handle.write(text + "\n")
+    return 0
+
+
+def naive_transformers(args: argparse.Namespace, prompts: list[list[int]]) -> dict[str, Any]:
+    """transformers `generate`, one request at a time: the baseline the issue names."""
+    import os
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    path = args.model
+    if path.endswith(".gguf"):
+        model = AutoModelForCausalLM.from_pretrained(
+            os.path.dirname(os.path.abspath(path)), gguf_file=os.path.basename(path)
+        )
+    else:
+        model = AutoModelForCausalLM.from_pretrained(path)
+    model = model.to(getattr(torch, args.dtype)).eval()
+    tokens = 0
+    started = time.perf_counter()
+    with torch.inference_mode():
+        for prompt in prompts:
+            ids = torch.tensor([prompt])
+            out = model.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=args.output_len,
+                min_new_tokens=args.output_len,
+                do_sample=False,
+                pad_token_id=0,
+            )
+            tokens += out.shape[1] - ids.shape[1]
+    elapsed = time.perf_counter() - started
+    return {
+        "num_prompts": len(prompts),
+        "elapsed_seconds": round(elapsed, 2),
+        "output_tokens_per_s": round(tokens / elapsed, 1),
+    }

@@ -1,0 +1,48 @@
+"""EngineConfig: what LLM(...) and `python -m inference serve` are configured with."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+DEVICES = ("auto", "cpu", "cuda")
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """One engine's settings. Validated here; sizes that need the model are derived later.
+
+    ``kv_cache_memory_bytes`` sizes the KV pool directly; otherwise the pool takes
+    ``kv_cache_memory_fraction`` of the device memory that is free once weights are loaded.
+    """
+
+    model: str
+    tokenizer: str | None = None
+    dtype: str = "auto"
+    device: str = "auto"
+    enable_prefix_caching: bool = True
+    block_size: int = 16
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int | None = None  # default: max(2048, max_model_len)
+    max_model_len: int | None = None  # default: the model's max_position_embeddings
+    kv_cache_memory_bytes: int | None = None
+    kv_cache_memory_fraction: float | None = None  # default: 0.9 on CUDA, 0.25 on CPU
+    seed: int = 0
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if self.device not in DEVICES:
+            raise ValueError(f"device must be one of {', '.join(DEVICES)}, got {self.device!r}")
+        if self.block_size not in (8, 16, 32, 64, 128):
+            raise ValueError(f"block_size must be 8, 16, 32, 64 or 128, got {self.block_size}")
+        if self.max_num_seqs < 1:
+            raise ValueError(f"max_num_seqs must be at least 1, got {self.max_num_seqs}")
+        for name in ("max_num_batched_tokens", "max_model_len", "kv_cache_memory_bytes"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be positive, got {value}")
+        fraction = self.kv_cache_memory_fraction
+        if fraction is not None and not 0 < fraction <= 1:
+            raise ValueError(f"kv_cache_memory_fraction must be in (0, 1], got {fraction}")

@@ -1,0 +1,237 @@
+"""LLMEngine: the step loop that ties scheduler, model runner, sampler and text together."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Sequence as Seq
+from pathlib import Path
+
+import torch
+
+from inference.config import CacheConfig, SchedulerConfig
+from inference.engine.engine_config import EngineConfig
+from inference.engine.model_runner import ModelRunner
+from inference.engine.request_state import RequestState, SampleState, new_request_state
+from inference.engine.scheduler import Scheduler
+from inference.model.loader import load_model, num_kv_cache_bytes_per_token
+from inference.outputs import RequestOutput
+from inference.sampling.params import SamplingParams
+from inference.sampling.sampler import Sampler, make_generator, token_logprobs
+from inference.text.tokenizer import Tokenizer
+
+log = logging.getLogger("inference.engine")
+
+
+class LLMEngine:
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self.device = _pick_device(config.device)
+        self.model, self.arch = load_model(
+            config.model, dtype=config.dtype, device=self.device, progress=config.progress
+        )
+        self.dtype = next(self.model.parameters()).dtype
+        self.tokenizer = load_tokenizer(config.tokenizer or config.model)
+        self.eos_token_ids = self.tokenizer.eos_token_ids
+        self.max_model_len = config.max_model_len or self.arch.max_position_embeddings
+        if self.max_model_len > self.arch.max_position_embeddings:
+            raise ValueError(
+                f"max_model_len {self.max_model_len} exceeds the model's "
+                f"max_position_embeddings {self.arch.max_position_embeddings}"
+            )
+        num_blocks = self._num_kv_blocks()
+        self.scheduler = Scheduler(
+            SchedulerConfig(
+                max_num_seqs=config.max_num_seqs,
+                max_num_batched_tokens=config.max_num_batched_tokens or 2048,
+                max_model_len=self.max_model_len,
+            ),
+            CacheConfig(
+                block_size=config.block_size,
+                num_blocks=num_blocks,
+                enable_prefix_caching=config.enable_prefix_caching,
+            ),
+        )
+        self.runner = ModelRunner(
+            self.model,
+            self.arch,
+            num_blocks=num_blocks,
+            block_size=config.block_size,
+            kv_dtype=self.dtype,
+            device=self.device,
+        )
+        self.sampler = Sampler(self.arch.vocab_size)
+        self._requests: dict[str, RequestState] = {}
+        self._samples: dict[int, SampleState] = {}
+        log.info(
+            "KV cache: %d blocks of %d tokens = %d tokens (%s, %s)",
+            num_blocks,
+            config.block_size,
+            num_blocks * config.block_size,
+            self.dtype,
+            self.device,
+        )
+
+    @property
+    def kv_capacity_tokens(self) -> int:
+        return self.scheduler.block_manager.capacity_tokens
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        return num_kv_cache_bytes_per_token(self.arch, self.dtype)
+
+    def _num_kv_blocks(self) -> int:
+        per_token = self.kv_bytes_per_token
+        budget = self.config.kv_cache_memory_bytes
+        if budget is None:
+            default_fraction = 0.9 if self.device.type == "cuda" else 0.25
+            fraction = self.config.kv_cache_memory_fraction or default_fraction
+            budget = int(_free_memory_bytes(self.device) * fraction)
+            # Never more than every sequence at full length could use, twice over (the rest
+            # keeps prefixes cached).
+            budget = min(budget, 2 * self.config.max_num_seqs * self.max_model_len * per_token)
+        num_blocks = budget // (per_token * self.config.block_size)
+        if num_blocks < 1:
+            raise ValueError(
+                f"KV cache budget of {budget} bytes holds no block of {self.config.block_size} "
+                f"tokens ({per_token} bytes per token)"
+            )
+        return int(num_blocks)
+
+    # -- requests -------------------------------------------------------------------------
+
+    def add_request(
+        self,
+        request_id: str,
+        prompt: str | Seq[int],
+        params: SamplingParams,
+        *,
+        tenant: str = "default",
+        weight: float = 1.0,
+    ) -> None:
+        if request_id in self._requests:
+            raise ValueError(f"request id {request_id!r} is already in use")
+        if isinstance(prompt, str):
+            text: str | None = prompt
+            token_ids = self.tokenizer.encode(prompt)
+        else:
+            text, token_ids = None, [int(t) for t in prompt]
+        if not token_ids:
+            raise ValueError("prompt must contain at least one token")
+        bad = [t for t in token_ids if not 0 <= t < self.arch.vocab_size]
+        if bad:
+            raise ValueError(f"prompt token id {bad[0]} is outside the vocabulary")
+        state = new_request_state(
+            request_id,
+            text,
+            token_ids,
+            params,
+            self.tokenizer,
+            self.eos_token_ids,
+            tenant=tenant,
+            weight=weight,
+            make_generator=lambda seed: make_generator(seed, self.device),
+        )
+        if params.prompt_logprobs is not None:
+            state.prompt_logprobs = [None]
+        # The samples share one prompt, so the first add() raises before anything is queued
+        # if the prompt cannot fit.
+        for sample in state.samples:
+            self.scheduler.add(sample.seq)
+            self._samples[sample.seq.seq_id] = sample
+        self._requests[request_id] = state
+
+    def abort_request(self, request_id: str) -> None:
+        state = self._requests.pop(request_id, None)
+        if state is None:
+            return
+        for seq in self.scheduler.abort(request_id):
+            seq.finish_reason = "abort"
+        for sample in state.samples:
+            self._samples.pop(sample.seq.seq_id, None)
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self._requests)
+
+    @property
+    def num_unfinished_requests(self) -> int:
+        return len(self._requests)
+
+    # -- the step -------------------------------------------------------------------------
+
+    def step(self) -> list[RequestOutput]:
+        """Run one scheduled batch; return the outputs of requests that made progress."""
+        batch = self.scheduler.schedule()
+        if batch.is_empty:
+            return []
+        want_prompt_logits = {
+            item.seq.seq_id
+            for item in batch.scheduled
+            if item.seq.params.prompt_logprobs is not None and item.seq.sample_index == 0
+        }
+        result = self.runner.execute(batch, want_prompt_logits=want_prompt_logits)
+        self.scheduler.update_after_step(batch)
+        touched: dict[str, RequestState] = {}
+        for index, (positions, logits) in result.prompt_logits.items():
+            seq = batch.scheduled[index].seq
+            state = self._requests[seq.request_id]
+            targets = torch.tensor([seq.token_ids[p + 1] for p in positions])
+            if state.prompt_logprobs is not None:
+                k = seq.params.prompt_logprobs or 0
+                state.prompt_logprobs.extend(token_logprobs(logits, targets, k))
+
+        sampling = [item for item in batch.scheduled if item.sample]
+        if sampling:
+            rows = [self._samples[item.seq.seq_id].sampling_row() for item in sampling]
+            sampled = self.sampler(result.logits, rows)
+            now = time.monotonic()
+            for item, token_id, lp in zip(
+                sampling, sampled.token_ids, sampled.logprobs, strict=True
+            ):
+                sample = self._samples[item.seq.seq_id]
+                state = self._requests[item.seq.request_id]
+                if state.first_token_time is None:
+                    state.first_token_time = now
+                reason = sample.accept(token_id, lp, self.eos_token_ids, self.max_model_len)
+                if reason is not None:
+                    item.seq.finish_reason = reason
+                    self.scheduler.finish(item.seq, reason)
+                touched[state.request_id] = state
+        outputs = [state.output() for state in touched.values()]
+        for state in touched.values():
+            if state.finished:
+                del self._requests[state.request_id]
+                for sample in state.samples:
+                    self._samples.pop(sample.seq.seq_id, None)
+        return outputs
+
+
+def load_tokenizer(path: str) -> Tokenizer:
+    if path.endswith(".gguf"):
+        from inference.model.loader.gguf import read_gguf
+
+        ckpt = read_gguf(path)
+        return Tokenizer.from_parts(ckpt.tokenizer, ckpt.tokenizer_config, ckpt.generation_config)
+    if not Path(path).is_dir():
+        raise ValueError(f"model path {path!r} is neither a directory nor a .gguf file")
+    return Tokenizer.from_dir(path)
+
+
+def _pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device 'cuda' was asked for, but torch sees no CUDA device")
+    return torch.device(name)
+
+
+def _free_memory_bytes(device: torch.device) -> int:
+    if device.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(device)
+        return int(free)
+    with open("/proc/meminfo") as meminfo:
+        for line in meminfo:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
