@@ -100,8 +100,6 @@ class Scheduler:
         budget = self._schedule_running(output, budget)
         if output.num_preempted == 0:
             self._admit_waiting(output, budget)
-        for item in output.scheduled:
-            self.block_manager.register_full_blocks(item.seq, item.end)
         return output
 
     def update_after_step(self, output: SchedulerOutput) -> None:
@@ -124,7 +122,7 @@ class Scheduler:
                 if victim is seq:
                     break
             else:
-                output.scheduled.append(self._item(seq, num_new))
+                self._add_to_step(output, seq, num_new)
                 budget -= num_new
                 index += 1
         return budget
@@ -143,7 +141,7 @@ class Scheduler:
             self.block_manager.record_lookup(seq)
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
-            output.scheduled.append(self._item(seq, num_new))
+            self._add_to_step(output, seq, num_new)
             budget -= num_new
 
     def _preempt(self, seq: Sequence) -> None:
@@ -155,9 +153,13 @@ class Scheduler:
         self.num_preemptions += 1
         self.waiting.push_front(seq)
 
-    @staticmethod
-    def _item(seq: Sequence, num_new: int) -> ScheduledSequence:
+    def _add_to_step(self, output: SchedulerOutput, seq: Sequence, num_new: int) -> None:
         start = seq.num_computed_tokens
-        return ScheduledSequence(
-            seq=seq, start=start, num_new_tokens=num_new, sample=start + num_new == len(seq)
+        output.scheduled.append(
+            ScheduledSequence(
+                seq=seq, start=start, num_new_tokens=num_new, sample=start + num_new == len(seq)
+            )
         )
+        # Registered now, not after the step, so a sibling admitted next in this same step
+        # already hits these blocks (see BlockManager.register_full_blocks).
+        self.block_manager.register_full_blocks(seq, start + num_new)

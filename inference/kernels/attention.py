@@ -7,7 +7,7 @@ sequence's new tokens being the last query_len positions of its context (causal)
 
 Sequences with one new token (decodes) are attended together: one gather through the
 block tables and one masked SDPA. Longer chunks (prefills) are attended one sequence at a
-time. A Triton kernel must match `TorchAttentionBackend` and can replace it behind
+time, with SDPA's own GQA and, when nothing precedes the chunk, its causal kernel. A Triton kernel must match `TorchAttentionBackend` and can replace it behind
 `AttentionBackend`.
 """
 
@@ -131,15 +131,18 @@ class TorchAttentionBackend:
             # (ctx, Hkv, D) -> (1, Hkv, ctx, D)
             k = _gather_blocks(key_cache, seq_blocks, query.dtype)[:ctx].transpose(0, 1)[None]
             v = _gather_blocks(value_cache, seq_blocks, query.dtype)[:ctx].transpose(0, 1)[None]
-            # (qlen, Hq, D) -> (1, Hkv, G * qlen, D), rows ordered (group, position).
-            q = query[start:end].view(qlen, num_kv_heads, group, head_dim)
-            q = q.permute(1, 2, 0, 3).reshape(1, num_kv_heads, group * qlen, head_dim)
-            query_pos = torch.arange(ctx - qlen, ctx, device=query.device)
-            causal = query_pos[:, None] >= torch.arange(ctx, device=query.device)[None, :]
-            causal = causal.repeat(group, 1)  # (G * qlen, ctx), matching q's rows
-            o = F.scaled_dot_product_attention(q, k, v, attn_mask=causal, scale=scale)
-            o = o.view(num_kv_heads, group, qlen, head_dim).permute(2, 0, 1, 3)
-            out[start:end] = o.reshape(qlen, num_heads, head_dim)
+            q = query[start:end].transpose(0, 1)[None]  # (1, Hq, qlen, D)
+            if qlen == ctx:  # nothing cached before this chunk: plain causal attention
+                o = F.scaled_dot_product_attention(
+                    q, k, v, is_causal=True, scale=scale, enable_gqa=group > 1
+                )
+            else:  # the chunk's queries are the last qlen positions of the context
+                query_pos = torch.arange(ctx - qlen, ctx, device=query.device)
+                causal = query_pos[:, None] >= torch.arange(ctx, device=query.device)[None, :]
+                o = F.scaled_dot_product_attention(
+                    q, k, v, attn_mask=causal, scale=scale, enable_gqa=group > 1
+                )
+            out[start:end] = o[0].transpose(0, 1)
         return out
 
 

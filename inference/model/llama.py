@@ -22,7 +22,9 @@ from inference.model.layers.activation import silu_and_mul
 from inference.model.layers.embedding import VocabEmbedding
 from inference.model.layers.linear import FusedLinear, Linear
 from inference.model.layers.norm import RMSNorm
-from inference.model.layers.rotary import RotaryEmbedding
+from inference.model.layers.rotary import RotaryEmbedding, apply_rotary
+
+Rope = tuple[torch.Tensor, torch.Tensor]  # cos, sin: (T, 1, head_dim / 2)
 from inference.model.weights import load_named_weights
 
 
@@ -52,26 +54,27 @@ class LlamaAttention(nn.Module):
         if config.qk_norm:
             self.q_norm = RMSNorm(config.head_dim, config.rms_norm_eps, dtype, device)
             self.k_norm = RMSNorm(config.head_dim, config.rms_norm_eps, dtype, device)
-        self.rotary = RotaryEmbedding(
-            config.head_dim, config.rope_theta, config.rope_scaling, device
-        )
 
     def forward(
         self,
         hidden: torch.Tensor,  # (T, hidden)
-        positions: torch.Tensor,  # (T,)
+        rope: Rope,
         kv_cache: KVCache,
         meta: AttentionMetadata,
     ) -> torch.Tensor:
         num_tokens = hidden.shape[0]
         q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-        q, k, v = self.qkv_proj(hidden).split([q_size, kv_size, kv_size], dim=-1)
-        q = q.view(num_tokens, self.num_heads, self.head_dim)
-        k = k.view(num_tokens, self.num_kv_heads, self.head_dim)
-        v = v.view(num_tokens, self.num_kv_heads, self.head_dim)
+        qkv = self.qkv_proj(hidden)
+        v = qkv[:, q_size + kv_size :].view(num_tokens, self.num_kv_heads, self.head_dim)
         if self.q_norm is not None and self.k_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k = self.rotary(positions, q, k)
+            q, k, _ = qkv.split([q_size, kv_size, kv_size], dim=-1)
+            q = self.q_norm(q.view(num_tokens, self.num_heads, self.head_dim))
+            k = self.k_norm(k.view(num_tokens, self.num_kv_heads, self.head_dim))
+            q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
+        else:
+            # q and k sit side by side in qkv: rotate all their heads in one go.
+            qk = qkv[:, : q_size + kv_size].view(num_tokens, -1, self.head_dim)
+            q, k = apply_rotary(qk, *rope).split([self.num_heads, self.num_kv_heads], dim=1)
         self.backend.write_kv(k, v, kv_cache, meta.slot_mapping)
         out = self.backend.forward(q, kv_cache, meta, self.scale)  # (T, Hq, D)
         return self.o_proj(out.view(num_tokens, q_size))
@@ -108,11 +111,11 @@ class LlamaDecoderLayer(nn.Module):
     def forward(
         self,
         hidden: torch.Tensor,
-        positions: torch.Tensor,
+        rope: Rope,
         kv_cache: KVCache,
         meta: AttentionMetadata,
     ) -> torch.Tensor:
-        hidden = hidden + self.self_attn(self.input_layernorm(hidden), positions, kv_cache, meta)
+        hidden = hidden + self.self_attn(self.input_layernorm(hidden), rope, kv_cache, meta)
         return hidden + self.mlp(self.post_attention_layernorm(hidden))
 
 
@@ -130,6 +133,9 @@ class LlamaModel(nn.Module):
             LlamaDecoderLayer(config, backend, dtype, device) for _ in range(config.num_layers)
         )
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, dtype, device)
+        self.rotary = RotaryEmbedding(
+            config.head_dim, config.rope_theta, config.rope_scaling, device
+        )
 
 
 class LlamaForCausalLM(nn.Module):
@@ -164,8 +170,9 @@ class LlamaForCausalLM(nn.Module):
         if len(kv_caches) != len(self.model.layers):
             raise ValueError(f"need {len(self.model.layers)} KV caches, got {len(kv_caches)}")
         hidden = self.model.embed_tokens(input_ids)
+        rope = self.model.rotary.cos_sin(positions, hidden.dtype)
         for layer, kv_cache in zip(self.model.layers, kv_caches, strict=True):
-            hidden = layer(hidden, positions, kv_cache, meta)
+            hidden = layer(hidden, rope, kv_cache, meta)
         normed: torch.Tensor = self.model.norm(hidden)
         return normed
 

@@ -40,6 +40,8 @@ def _llama3_scale(inv_freq: torch.Tensor, factor: float, scaling: dict[str, Any]
 
 
 class RotaryEmbedding(nn.Module):
+    """Computes cos/sin once per forward pass; every layer then rotates with them."""
+
     def __init__(
         self, head_dim: int, theta: float, scaling: dict[str, Any] | None, device: torch.device
     ) -> None:
@@ -47,20 +49,19 @@ class RotaryEmbedding(nn.Module):
         inv_freq = rope_inverse_frequencies(head_dim, theta, scaling).to(device)
         self.register_buffer("inv_freq", inv_freq, persistent=False)
 
-    def forward(
-        self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor
+    def cos_sin(
+        self, positions: torch.Tensor, dtype: torch.dtype
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """positions (T,); q (T, Hq, D), k (T, Hkv, D) -> rotated q and k, same dtype."""
+        """positions (T,) -> cos, sin (T, 1, D/2) in ``dtype``.
+
+        Angles are computed in float32 and cast once, as the reference models do.
+        """
         inv_freq: torch.Tensor = self.inv_freq  # type: ignore[assignment]
         angles = positions.float()[:, None] * inv_freq[None, :]  # (T, D/2)
-        cos = angles.cos()[:, None, :]
-        sin = angles.sin()[:, None, :]
-        return _rotate(q, cos, sin), _rotate(k, cos, sin)
+        return angles.cos().to(dtype)[:, None, :], angles.sin().to(dtype)[:, None, :]
 
 
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    # cos/sin are float32; casting them to x's dtype first matches the reference models.
-    cos = cos.to(x.dtype)
-    sin = sin.to(x.dtype)
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x (T, H, D) in the half-split layout, rotated by cos/sin (T, 1, D/2)."""
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
