@@ -7,7 +7,8 @@ sequence's new tokens being the last query_len positions of its context (causal)
 
 Sequences with one new token (decodes) are attended together: one gather through the
 block tables and one masked SDPA. Longer chunks (prefills) are attended one sequence at a
-time, with SDPA's own GQA and, when nothing precedes the chunk, its causal kernel. A Triton kernel must match `TorchAttentionBackend` and can replace it behind
+time, with SDPA's own GQA and, when nothing precedes the chunk, its causal kernel. A
+Triton kernel must match `TorchAttentionBackend` and can replace it behind
 `AttentionBackend`.
 """
 

@@ -23,9 +23,9 @@ from inference.model.layers.embedding import VocabEmbedding
 from inference.model.layers.linear import FusedLinear, Linear
 from inference.model.layers.norm import RMSNorm
 from inference.model.layers.rotary import RotaryEmbedding, apply_rotary
+from inference.model.weights import load_named_weights
 
 Rope = tuple[torch.Tensor, torch.Tensor]  # cos, sin: (T, 1, head_dim / 2)
-from inference.model.weights import load_named_weights
 
 
 class LlamaAttention(nn.Module):
