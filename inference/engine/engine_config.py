@@ -26,7 +26,7 @@ class EngineConfig:
     max_num_batched_tokens: int | None = None  # default: max(2048, max_model_len)
     max_model_len: int | None = None  # default: the model's max_position_embeddings
     kv_cache_memory_bytes: int | None = None
-    kv_cache_memory_fraction: float | None = None  # default: 0.9 on CUDA, 0.25 on CPU
+    kv_cache_memory_fraction: float | None = None  # default: 0.9 on CUDA, 0.1 on CPU
     seed: int = 0
     progress: bool = True
 

@@ -85,7 +85,7 @@ class LLMEngine:
         per_token = self.kv_bytes_per_token
         budget = self.config.kv_cache_memory_bytes
         if budget is None:
-            default_fraction = 0.9 if self.device.type == "cuda" else 0.25
+            default_fraction = 0.9 if self.device.type == "cuda" else 0.1
             fraction = self.config.kv_cache_memory_fraction or default_fraction
             budget = int(_free_memory_bytes(self.device) * fraction)
             # Never more than every sequence at full length could use, twice over (the rest
