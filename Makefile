@@ -33,6 +33,13 @@ install: $(STAMP)
 services:
 	@scripts/services.sh
 
+# The test OIDC provider (npm oidc-provider); re-installs only when its lock file changes.
+OIDC_STAMP := scripts/oidc/node_modules/.installed
+$(OIDC_STAMP): scripts/oidc/package-lock.json
+	@command -v npm >/dev/null || { echo "error: npm not found; the login tests need Node.js 20+" >&2; exit 1; }
+	cd scripts/oidc && npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -42,7 +49,7 @@ format: install
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
-test: install services lint
+test: install services lint $(OIDC_STAMP)
 	source .run/services.env && $(PY) -m pytest
 
 run: install

@@ -8,7 +8,9 @@ import sys
 from collections.abc import Sequence
 
 import structlog
+from sqlalchemy.exc import IntegrityError
 
+from gateway import cli_admin
 from gateway.settings import Settings, SettingsError, unknown_variables
 
 
@@ -16,6 +18,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="enclave", description="The Enclave appliance.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     commands.add_parser("serve", help="start the gateway (configured by ENCLAVE_* variables)")
+    cli_admin.add_commands(commands)
     args = parser.parse_args(argv)
 
     try:
@@ -26,6 +29,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if args.command == "serve":
         return serve(settings)
+    if args.command in {"migrate", "admin"}:
+        try:
+            return cli_admin.run(settings, args)
+        except (ValueError, LookupError, IntegrityError) as exc:
+            print(f"enclave: {exc}", file=sys.stderr)
+            return 1
     parser.error(f"unknown command {args.command!r}")  # argparse exits
     return 2
 
@@ -40,6 +49,8 @@ def serve(settings: Settings) -> int:
     log = structlog.get_logger("gateway")
     for name in unknown_variables(os.environ):
         log.warning("unknown setting ignored", variable=name)
+    if settings.mode == "embedded":
+        first_start(settings)
     log.info("starting", mode=settings.mode, url=f"http://{settings.host}:{settings.port}")
     uvicorn.run(
         create_app(settings),
@@ -50,3 +61,22 @@ def serve(settings: Settings) -> int:
         server_header=False,
     )
     return 0
+
+
+def first_start(settings: Settings) -> None:
+    """The embedded default sets itself up: secrets, database, and a break-glass admin."""
+    import asyncio
+
+    from gateway import admin_tasks
+    from gateway.secret_store import resolve_secret_key
+
+    resolve_secret_key(settings)
+    admin_tasks.migrate_database(settings)
+    password = asyncio.run(admin_tasks.first_start_admin(settings))
+    if password is not None:
+        print(
+            f"First start: sign in at {settings.base_url}/ as {admin_tasks.DEFAULT_ADMIN_EMAIL}"
+            f" with the password {password} (shown once; reset it with"
+            f" `enclave admin create-admin {admin_tasks.DEFAULT_ADMIN_EMAIL}`)",
+            flush=True,
+        )

@@ -37,12 +37,50 @@ class Settings:
     log_level: LogLevel = "info"
     log_format: LogFormat = "auto"
     data_dir: Path = field(default_factory=lambda: Path(".enclave"))
+    # Empty means the embedded default: SQLite under data_dir (production must set it).
+    database_url: str = ""
+    # Where sessions live in production; empty in embedded mode (sessions go to the database).
+    redis_url: str = ""
+    # Signs nothing by itself; keys the API-key hash. Embedded mode generates one on first start.
+    secret_key: str = ""
+    # The address users reach the gateway at (OIDC redirect URI, Secure cookies over https).
+    public_url: str = ""
+    oidc_issuer: str = ""
+    oidc_client_id: str = ""
+    oidc_client_secret: str = ""
+    oidc_groups_claim: str = "groups"
+    oidc_admin_group: str = ""
+    session_idle_minutes: int = 60
+    session_absolute_hours: int = 12
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:
             raise SettingsError(f"{env_name('port')} must be between 1 and 65535, got {self.port}")
         if not self.host:
             raise SettingsError(f"{env_name('host')} must not be empty")
+        if self.session_idle_minutes < 1:
+            raise SettingsError(f"{env_name('session_idle_minutes')} must be at least 1")
+        if self.session_absolute_hours < 1:
+            raise SettingsError(f"{env_name('session_absolute_hours')} must be at least 1")
+        if self.oidc_issuer and not self.oidc_client_id:
+            raise SettingsError(f"{env_name('oidc_client_id')} is required with an OIDC issuer")
+        if self.mode == "production":
+            for name in ("secret_key", "database_url", "redis_url"):
+                if not getattr(self, name):
+                    raise SettingsError(f"{env_name(name)} is required in production mode")
+            if len(self.secret_key) < 32:
+                raise SettingsError(f"{env_name('secret_key')} must be at least 32 characters")
+
+    @property
+    def effective_database_url(self) -> str:
+        """The configured database, or the embedded SQLite file under ``data_dir``."""
+        if self.database_url:
+            return self.database_url
+        return f"sqlite+aiosqlite:///{(self.data_dir / 'enclave.db').resolve()}"
+
+    @property
+    def base_url(self) -> str:
+        return (self.public_url or f"http://{self.host}:{self.port}").rstrip("/")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:

@@ -1,0 +1,34 @@
+"""Run the Alembic revisions in ``migrations/`` against a database URL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+
+# migrations/ sits beside the gateway package at the repository root.
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def alembic_config(database_url: str) -> Config:
+    config = Config(str(REPO_ROOT / "alembic.ini"))
+    config.set_main_option("script_location", str(REPO_ROOT / "migrations"))
+    config.attributes["database_url"] = database_url
+    return config
+
+
+def upgrade(database_url: str, revision: str = "head") -> None:
+    """Bring the database to ``revision`` from whatever revision it is at (or empty)."""
+    _ensure_sqlite_dir(database_url)
+    command.upgrade(alembic_config(database_url), revision)
+
+
+def downgrade(database_url: str, revision: str = "base") -> None:
+    command.downgrade(alembic_config(database_url), revision)
+
+
+def _ensure_sqlite_dir(database_url: str) -> None:
+    prefix = "sqlite+aiosqlite:///"
+    if database_url.startswith(prefix):
+        Path(database_url[len(prefix) :]).parent.mkdir(parents=True, exist_ok=True)

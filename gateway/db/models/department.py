@@ -1,0 +1,24 @@
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import JSON, BigInteger, String
+from sqlalchemy.orm import Mapped, mapped_column
+
+from gateway.db.base import Base, CreatedMixin, IdMixin, utc_now
+
+
+class Department(IdMixin, CreatedMixin, Base):
+    """A unit that owns users, keys and a share of the appliance."""
+
+    __tablename__ = "departments"
+
+    name: Mapped[str] = mapped_column(String(200))
+    slug: Mapped[str] = mapped_column(String(100), unique=True, index=True)
+    # Quotas: None means unlimited.
+    monthly_token_quota: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    requests_per_minute: Mapped[int | None] = mapped_column(default=None)
+    # None means every model; a list limits the department to those model names.
+    allowed_models: Mapped[list[str] | None] = mapped_column(JSON, default=None)
+    scheduling_weight: Mapped[int] = mapped_column(default=1)
+    updated_at: Mapped[datetime] = mapped_column(default=utc_now, onupdate=utc_now)

@@ -1,0 +1,27 @@
+"""Dependencies every controller can ask for: a database transaction, the gateway state."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+
+from litestar import Request
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from gateway.domain.identity.guards import principal_of
+from gateway.domain.identity.principal import Principal
+from gateway.state import GatewayState
+
+
+def provide_state(request: Request) -> GatewayState:
+    state: GatewayState = request.app.state.gateway
+    return state
+
+
+async def provide_db(request: Request) -> AsyncGenerator[AsyncSession, None]:
+    """One transaction per request: committed when the handler returns, rolled back if it raises."""
+    async with provide_state(request).db.begin() as db:
+        yield db
+
+
+def provide_principal(request: Request) -> Principal:
+    return principal_of(request)

@@ -1,0 +1,49 @@
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+import msgspec
+
+SLUG_PATTERN = "^[a-z0-9][a-z0-9-]{0,99}$"
+
+
+class DepartmentCreate(msgspec.Struct, forbid_unknown_fields=True):
+    name: str
+    slug: str
+    monthly_token_quota: int | None = None
+    requests_per_minute: int | None = None
+    allowed_models: list[str] | None = None
+    scheduling_weight: int = 1
+
+
+class DepartmentUpdate(msgspec.Struct, forbid_unknown_fields=True):
+    """Only the fields present are changed; send null to lift a quota."""
+
+    name: str | msgspec.UnsetType = msgspec.UNSET
+    monthly_token_quota: int | msgspec.UnsetType | None = msgspec.UNSET
+    requests_per_minute: int | msgspec.UnsetType | None = msgspec.UNSET
+    allowed_models: list[str] | msgspec.UnsetType | None = msgspec.UNSET
+    scheduling_weight: int | msgspec.UnsetType = msgspec.UNSET
+
+
+class DepartmentRead(msgspec.Struct):
+    id: uuid.UUID
+    name: str
+    slug: str
+    monthly_token_quota: int | None
+    requests_per_minute: int | None
+    allowed_models: list[str] | None
+    scheduling_weight: int
+    created_at: datetime
+
+
+class GroupMappingCreate(msgspec.Struct, forbid_unknown_fields=True):
+    group: str
+    department_id: uuid.UUID
+
+
+class GroupMappingRead(msgspec.Struct):
+    id: uuid.UUID
+    group: str
+    department_id: uuid.UUID

@@ -1,0 +1,91 @@
+"""Sign-in with the local break-glass account, sign-out, and who-am-I."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+from litestar import Controller, Request, Response, get, post
+from litestar.datastructures import Cookie
+from litestar.params import Parameter
+from litestar.response import Redirect
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from gateway.domain.identity import me, sso
+from gateway.domain.identity.guards import require_user, require_user_or_key
+from gateway.domain.identity.pending_login import LOGIN_COOKIE
+from gateway.domain.identity.principal import SESSION_COOKIE, Principal
+from gateway.domain.users.schemas import MeRead
+from gateway.domain.users.service import UserService
+from gateway.state import GatewayState
+
+
+class LocalLogin(msgspec.Struct, forbid_unknown_fields=True):
+    email: str
+    password: str
+
+
+class SignedIn(msgspec.Struct):
+    csrf_token: str
+
+
+class SignedOut(msgspec.Struct):
+    # Where the browser goes next: the IdP's end-session page, or the gateway's root.
+    redirect: str
+
+
+def session_cookie(state: GatewayState, value: str, max_age: int | None) -> Cookie:
+    return Cookie(
+        key=SESSION_COOKIE,
+        value=value,
+        max_age=max_age,
+        path="/",
+        httponly=True,
+        samesite="lax",
+        secure=state.secure_cookies,
+    )
+
+
+class IdentityController(Controller):
+    @post("/auth/local/login", status_code=200)
+    async def local_login(
+        self, data: LocalLogin, db: AsyncSession, gateway: GatewayState
+    ) -> Response[SignedIn]:
+        user = await UserService(db).check_local_login(gateway.hasher, data.email, data.password)
+        session_id, session = await gateway.sessions.create(user.id)
+        max_age = gateway.settings.session_absolute_hours * 3600
+        return Response(
+            SignedIn(session.csrf_token), cookies=[session_cookie(gateway, session_id, max_age)]
+        )
+
+    @post("/auth/logout", guards=[require_user], status_code=200)
+    async def logout(self, principal: Principal, gateway: GatewayState) -> Response[SignedOut]:
+        await gateway.sessions.delete(principal.session_id)
+        return Response(
+            SignedOut(redirect=await me.after_logout_url(gateway, principal)),
+            cookies=[session_cookie(gateway, "", 0)],
+        )
+
+    @get("/api/me", guards=[require_user_or_key])
+    async def whoami(self, principal: Principal) -> MeRead:
+        return me.describe(principal)
+
+
+class OidcController(Controller):
+    """`/auth/login` sends the browser to the IdP; `/auth/callback` brings it back signed in."""
+
+    @get("/auth/login")
+    async def login(self, gateway: GatewayState) -> Redirect:
+        return await sso.begin(gateway)
+
+    @get("/auth/callback")
+    async def callback(
+        self,
+        request: Request,
+        db: AsyncSession,
+        gateway: GatewayState,
+        code: str,
+        login_state: Annotated[str, Parameter(query="state")],  # `state` is reserved by Litestar
+    ) -> Redirect:
+        cookie = request.cookies.get(LOGIN_COOKIE, "")
+        return await sso.complete(gateway, db, cookie, login_state, code)

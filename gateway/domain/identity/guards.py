@@ -1,0 +1,47 @@
+"""Route guards: 401 without credentials, 403 without the right; CSRF for session writes."""
+
+from __future__ import annotations
+
+import hmac
+
+from litestar.connection import ASGIConnection
+from litestar.exceptions import NotAuthorizedException, PermissionDeniedException
+from litestar.handlers.base import BaseRouteHandler
+
+from gateway.domain.identity.middleware import PRINCIPAL_KEY
+from gateway.domain.identity.principal import CSRF_HEADER, Principal
+
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def principal_of(connection: ASGIConnection) -> Principal:
+    found = connection.scope.get("state", {}).get(PRINCIPAL_KEY)
+    return found if isinstance(found, Principal) else Principal()
+
+
+def require_user(connection: ASGIConnection, _: BaseRouteHandler) -> None:
+    """A signed-in user (session cookie); writes must echo the session's CSRF token."""
+    principal = principal_of(connection)
+    if principal.user is None or principal.session is None:
+        raise NotAuthorizedException("sign in first")
+    if connection.scope.get("method", "GET") not in SAFE_METHODS:
+        sent = connection.headers.get(CSRF_HEADER, "")
+        if not hmac.compare_digest(sent.encode(), principal.session.csrf_token.encode()):
+            raise PermissionDeniedException("missing or wrong CSRF token")
+
+
+def require_admin(connection: ASGIConnection, handler: BaseRouteHandler) -> None:
+    require_user(connection, handler)
+    if not principal_of(connection).is_admin:
+        raise PermissionDeniedException("admins only")
+
+
+def require_user_or_key(connection: ASGIConnection, handler: BaseRouteHandler) -> None:
+    if principal_of(connection).api_key is None:
+        require_user(connection, handler)
+
+
+def require_api_key(connection: ASGIConnection, _: BaseRouteHandler) -> None:
+    """For the OpenAI API: ``Authorization: Bearer sk-enc-...``, live and not revoked."""
+    if principal_of(connection).api_key is None:
+        raise NotAuthorizedException("a valid API key is required")

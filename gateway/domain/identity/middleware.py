@@ -1,0 +1,66 @@
+"""ASGI middleware: resolve the request's principal once, before any guard asks for it."""
+
+from __future__ import annotations
+
+from http.cookies import SimpleCookie
+from typing import TYPE_CHECKING
+
+from litestar.types import ASGIApp, Receive, Scope, Send
+
+from gateway.db.models import Department, User
+from gateway.domain.identity.principal import SESSION_COOKIE, Principal
+from gateway.domain.keys.service import KeyService
+
+if TYPE_CHECKING:
+    from gateway.state import GatewayState
+
+PRINCIPAL_KEY = "principal"
+
+
+def principal_middleware(app: ASGIApp) -> ASGIApp:
+    async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            state: GatewayState = scope["litestar_app"].state.gateway
+            headers = dict(scope["headers"])
+            scope.setdefault("state", {})[PRINCIPAL_KEY] = await resolve_principal(
+                state,
+                headers.get(b"authorization", b"").decode("latin-1"),
+                headers.get(b"cookie", b"").decode("latin-1"),
+            )
+        await app(scope, receive, send)
+
+    return middleware
+
+
+async def resolve_principal(state: GatewayState, authorization: str, cookie: str) -> Principal:
+    scheme, _, credential = authorization.partition(" ")
+    if scheme.lower() == "bearer" and credential:
+        async with state.db.begin() as db:
+            key = await KeyService(db, state.secret_key).authenticate(credential.strip())
+            if key is None:
+                return Principal()
+            return Principal(api_key=key, department=await db.get(Department, key.department_id))
+    session_id = _cookie_value(cookie, SESSION_COOKIE)
+    if not session_id:
+        return Principal()
+    session = await state.sessions.load(session_id)
+    if session is None:
+        return Principal()
+    async with state.db() as db:
+        user = await db.get(User, session.user_id)
+        if user is None or not user.is_active:
+            return Principal()
+        department = await db.get(Department, user.department_id) if user.department_id else None
+    return Principal(user=user, session_id=session_id, session=session, department=department)
+
+
+def _cookie_value(header: str, name: str) -> str:
+    if not header:
+        return ""
+    cookies: SimpleCookie = SimpleCookie()
+    try:
+        cookies.load(header)
+    except Exception:  # a malformed Cookie header is the client's problem, not a 500
+        return ""
+    morsel = cookies.get(name)
+    return morsel.value if morsel else ""

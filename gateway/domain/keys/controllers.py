@@ -1,0 +1,61 @@
+"""`/api/admin/keys`: create (shown once), list, revoke, rotate."""
+
+from __future__ import annotations
+
+import uuid
+
+from litestar import Controller, get, post
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from gateway.domain.identity.guards import require_admin
+from gateway.domain.identity.principal import Principal
+from gateway.domain.keys.schemas import KeyCreate, KeyCreated, KeyRead, KeyRotate
+from gateway.domain.keys.service import KeyService, to_read
+from gateway.domain.pagination import Page
+from gateway.state import GatewayState
+
+
+def _actor(principal: Principal) -> uuid.UUID | None:
+    return principal.user.id if principal.user else None
+
+
+class KeyController(Controller):
+    path = "/api/admin/keys"
+    guards = [require_admin]  # noqa: RUF012
+
+    @get("/")
+    async def list_keys(
+        self,
+        db: AsyncSession,
+        gateway: GatewayState,
+        after: str | None = None,
+        limit: int = 50,
+        department_id: uuid.UUID | None = None,
+    ) -> Page[KeyRead]:
+        return await KeyService(db, gateway.secret_key).list_page(after, limit, department_id)
+
+    @post("/")
+    async def create_key(
+        self, db: AsyncSession, gateway: GatewayState, principal: Principal, data: KeyCreate
+    ) -> KeyCreated:
+        key, row = await KeyService(db, gateway.secret_key).create(data, _actor(principal))
+        return KeyCreated(key, to_read(row))
+
+    @post("/{key_id:uuid}/revoke", status_code=200)
+    async def revoke_key(
+        self, db: AsyncSession, gateway: GatewayState, key_id: uuid.UUID
+    ) -> KeyRead:
+        return to_read(await KeyService(db, gateway.secret_key).revoke(key_id))
+
+    @post("/{key_id:uuid}/rotate", status_code=201)
+    async def rotate_key(
+        self,
+        db: AsyncSession,
+        gateway: GatewayState,
+        principal: Principal,
+        key_id: uuid.UUID,
+        data: KeyRotate,
+    ) -> KeyCreated:
+        service = KeyService(db, gateway.secret_key)
+        key, row = await service.rotate(key_id, data.grace_seconds, _actor(principal))
+        return KeyCreated(key, to_read(row))

@@ -1,0 +1,37 @@
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+import msgspec
+
+
+class KeyCreate(msgspec.Struct, forbid_unknown_fields=True):
+    department_id: uuid.UUID
+    name: str = msgspec.field()
+    allowed_models: list[str] | None = None
+    expires_at: datetime | None = None
+
+
+class KeyRotate(msgspec.Struct, forbid_unknown_fields=True):
+    # How long the old key keeps working after rotation; 0 ends it now.
+    grace_seconds: int = 0
+
+
+class KeyRead(msgspec.Struct):
+    id: uuid.UUID
+    department_id: uuid.UUID
+    name: str
+    display_prefix: str
+    allowed_models: list[str] | None
+    expires_at: datetime | None
+    revoked_at: datetime | None
+    last_used_at: datetime | None
+    created_at: datetime
+
+
+class KeyCreated(msgspec.Struct):
+    """The one response that carries the key itself; it is not stored anywhere readable."""
+
+    key: str
+    api_key: KeyRead

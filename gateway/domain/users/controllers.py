@@ -1,0 +1,28 @@
+"""`/api/admin/users`: list, change department or role, deactivate."""
+
+from __future__ import annotations
+
+import uuid
+
+from litestar import Controller, get, patch
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from gateway.domain.identity.guards import require_admin
+from gateway.domain.pagination import Page
+from gateway.domain.users.schemas import UserRead, UserUpdate
+from gateway.domain.users.service import UserService, to_read
+
+
+class UserController(Controller):
+    path = "/api/admin/users"
+    guards = [require_admin]  # noqa: RUF012
+
+    @get("/")
+    async def list_users(
+        self, db: AsyncSession, after: str | None = None, limit: int = 50
+    ) -> Page[UserRead]:
+        return await UserService(db).list_page(after, limit)
+
+    @patch("/{user_id:uuid}")
+    async def update_user(self, db: AsyncSession, user_id: uuid.UUID, data: UserUpdate) -> UserRead:
+        return to_read(await UserService(db).update(user_id, data))

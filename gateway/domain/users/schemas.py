@@ -1,0 +1,38 @@
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Literal
+
+import msgspec
+
+Role = Literal["admin", "member"]
+
+
+class UserUpdate(msgspec.Struct, forbid_unknown_fields=True):
+    department_id: uuid.UUID | msgspec.UnsetType | None = msgspec.UNSET
+    role: Role | msgspec.UnsetType = msgspec.UNSET
+    is_active: bool | msgspec.UnsetType = msgspec.UNSET
+
+
+class UserRead(msgspec.Struct):
+    id: uuid.UUID
+    email: str
+    name: str
+    department_id: uuid.UUID | None
+    role: str
+    is_active: bool
+    last_login_at: datetime | None
+
+
+class MeRead(msgspec.Struct):
+    """Who the caller is: a user (session) or an API key, with the department's quota."""
+
+    kind: Literal["user", "api_key"]
+    user: UserRead | None
+    api_key_name: str | None
+    department: str | None
+    monthly_token_quota: int | None
+    # The traffic issue counts usage; until then the remaining quota is the whole quota.
+    remaining_monthly_tokens: int | None
+    csrf_token: str | None

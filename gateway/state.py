@@ -1,0 +1,68 @@
+"""What the running gateway holds: built once from settings in create_app, closed on shutdown."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from argon2 import PasswordHasher
+from redis.asyncio import Redis
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from gateway.db.engine import create_engine, session_factory
+from gateway.domain.identity.oidc import OidcClient
+from gateway.domain.identity.passwords import password_hasher
+from gateway.domain.identity.session_store import (
+    DatabaseSessionStore,
+    RedisSessionStore,
+    SessionLifetimes,
+    SessionStore,
+)
+from gateway.secret_store import resolve_secret_key
+from gateway.settings import Settings
+
+
+@dataclass(slots=True)
+class GatewayState:
+    settings: Settings
+    secret_key: str
+    engine: AsyncEngine
+    db: async_sessionmaker[AsyncSession]
+    sessions: SessionStore
+    hasher: PasswordHasher
+    redis: Redis | None = None
+    oidc: OidcClient | None = None
+
+    @classmethod
+    def build(cls, settings: Settings) -> GatewayState:
+        engine = create_engine(settings.effective_database_url)
+        factory = session_factory(engine)
+        lifetimes = SessionLifetimes(
+            idle=timedelta(minutes=settings.session_idle_minutes),
+            absolute=timedelta(hours=settings.session_absolute_hours),
+        )
+        redis = Redis.from_url(settings.redis_url) if settings.redis_url else None
+        sessions: SessionStore = (
+            RedisSessionStore(redis, lifetimes)
+            if redis
+            else DatabaseSessionStore(factory, lifetimes)
+        )
+        return cls(
+            settings,
+            resolve_secret_key(settings),
+            engine,
+            factory,
+            sessions,
+            password_hasher(),
+            redis,
+            OidcClient(settings) if settings.oidc_issuer else None,
+        )
+
+    async def close(self) -> None:
+        await self.engine.dispose()
+        if self.redis is not None:
+            await self.redis.aclose()
+
+    @property
+    def secure_cookies(self) -> bool:
+        return self.settings.base_url.startswith("https://")

@@ -1,0 +1,81 @@
+"""Production mode: Postgres (a fresh database, dropped after) and Redis-backed sessions."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+import sqlalchemy as sa
+from litestar.testing import TestClient
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from gateway import admin_tasks
+from gateway.app import create_app
+from gateway.settings import Settings, SettingsError
+from tests.gateway.helpers import ADMIN_EMAIL, sign_in
+
+
+async def _admin_sql(url: str, statement: str) -> None:
+    engine = create_async_engine(url, isolation_level="AUTOCOMMIT")
+    try:
+        async with engine.connect() as connection:
+            await connection.execute(sa.text(statement))
+    finally:
+        await engine.dispose()
+
+
+@pytest.fixture
+def fresh_database(database_url: str) -> Iterator[str]:
+    name = f"enclave_prod_{uuid.uuid4().hex[:10]}"
+    asyncio.run(_admin_sql(database_url, f'CREATE DATABASE "{name}"'))
+    try:
+        yield database_url.rsplit("/", 1)[0] + "/" + name
+    finally:
+        asyncio.run(_admin_sql(database_url, f'DROP DATABASE "{name}" WITH (FORCE)'))
+
+
+def test_production_requires_its_secrets() -> None:
+    with pytest.raises(SettingsError, match="ENCLAVE_SECRET_KEY"):
+        Settings.from_env({"ENCLAVE_MODE": "production"})
+
+
+def test_sessions_live_in_redis_and_keys_in_postgres(
+    fresh_database: str, redis_url: str, tmp_path: Path
+) -> None:
+    settings = Settings(
+        mode="production",
+        data_dir=tmp_path,
+        database_url=fresh_database,
+        redis_url=redis_url,
+        secret_key="s" * 40,
+        public_url="https://enclave.example.test",
+    )
+    admin_tasks.migrate_database(settings)
+    password = asyncio.run(admin_tasks.create_admin(settings, ADMIN_EMAIL))
+    asyncio.run(admin_tasks.create_department(settings, "Research", "research"))
+    key = asyncio.run(admin_tasks.create_key(settings, "research", "ci", None, None))
+    assert not (tmp_path / "secret_key").exists()  # production never generates a secret
+    store = redis.Redis.from_url(redis_url)
+    before = set(store.scan_iter("enclave:session:*"))
+    with TestClient(app=create_app(settings), base_url="https://enclave.example.test") as client:
+        response = client.post(
+            "/auth/local/login", json={"email": ADMIN_EMAIL, "password": password}
+        )
+        assert "secure" in response.headers["set-cookie"].lower()
+        created = set(store.scan_iter("enclave:session:*")) - before
+        assert len(created) == 1
+        ttl = store.pttl(next(iter(created)))
+        assert 0 < ttl <= settings.session_idle_minutes * 60_000
+        assert client.get("/api/me").json()["user"]["email"] == ADMIN_EMAIL
+        store.delete(*created)  # the server-side session is the truth, not the cookie
+        assert client.get("/api/me").status_code == 401
+        sign_in(client, ADMIN_EMAIL, password)
+        keys = client.get("/api/admin/keys/").json()["items"]
+        assert [k["name"] for k in keys] == ["ci"]
+        me = client.get("/api/me", headers={"authorization": f"Bearer {key}"}, cookies={})
+        assert me.json()["department"] == "research"
+    store.close()
