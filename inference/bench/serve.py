@@ -36,6 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--min-output-len", type=int, default=16)
     parser.add_argument("--max-output-len", type=int, default=128)
     parser.add_argument("--prefix-words", type=int, default=0, help="words shared by all")
+    parser.add_argument(
+        "--max-concurrency", type=int, help="at most this many in flight (default: no limit)"
+    )
     parser.add_argument("--api-key-env", metavar="VAR", help="bearer token from this variable")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per request")
@@ -144,10 +147,16 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
             model = listed["data"][0]["id"]
         workload = make_workload(args)
         rng = random.Random(args.seed + 1)
+        slots = asyncio.Semaphore(args.max_concurrency or len(workload))
+
+        async def limited(prompt: str, max_tokens: int) -> RequestResult:
+            async with slots:
+                return await _one(client, model, prompt, max_tokens)
+
         tasks = []
         started = time.perf_counter()
         for prompt, max_tokens in workload:
-            tasks.append(asyncio.create_task(_one(client, model, prompt, max_tokens)))
+            tasks.append(asyncio.create_task(limited(prompt, max_tokens)))
             if math.isfinite(args.request_rate):
                 await asyncio.sleep(rng.expovariate(args.request_rate))
         results = await asyncio.gather(*tasks)
@@ -159,6 +168,7 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
         "model": model,
         "num_prompts": args.num_prompts,
         "request_rate": args.request_rate if math.isfinite(args.request_rate) else "inf",
+        "max_concurrency": args.max_concurrency,
         "prefix_words": args.prefix_words,
         "completed": len(done),
         "failed": len(results) - len(done),
@@ -180,6 +190,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--num-prompts must be at least 1")
     if args.request_rate <= 0:
         raise ValueError("--request-rate must be positive")
+    if args.max_concurrency is not None and args.max_concurrency < 1:
+        raise ValueError("--max-concurrency must be at least 1")
     for low, high in (("min_input_words", "max_input_words"), ("min_output_len", "max_output_len")):
         if not 1 <= getattr(args, low) <= getattr(args, high):
             raise ValueError(f"need 1 <= --{low.replace('_', '-')} <= --{high.replace('_', '-')}")

@@ -1,0 +1,215 @@
+"""Request and response schemas of the OpenAI-compatible API (msgspec).
+
+Requests forbid unknown fields, so a misspelt or unsupported parameter is a 400 that names
+it rather than being silently ignored. Parameters we know but do not implement yet are
+declared as ``Any`` so that the handler can reject them with a precise message.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from msgspec import UNSET, Struct, UnsetType
+
+
+class StreamOptions(Struct, forbid_unknown_fields=True):
+    include_usage: bool = False
+
+
+class SamplingFields(Struct, kw_only=True, forbid_unknown_fields=True):
+    """What chat and completions requests share: OpenAI's fields, then vLLM's extras."""
+
+    model: str
+    n: int = 1
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    max_tokens: int | None = None
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+    user: str | None = None
+    # vLLM's extras
+    top_k: int | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    min_tokens: int = 0
+    ignore_eos: bool = False
+    stop_token_ids: list[int] | None = None
+    skip_special_tokens: bool = True
+    # Known, not implemented: rejected by name.
+    response_format: Any = None
+    best_of: Any = None
+    suffix: Any = None
+    metadata: Any = None
+
+
+class CompletionRequest(SamplingFields, kw_only=True, forbid_unknown_fields=True):
+    # str, list[str], list[int] or list[list[int]]; msgspec allows one array type per
+    # union, so the shape is checked in completions.py.
+    prompt: str | list[Any]
+    logprobs: int | None = None
+    echo: bool = False
+
+
+class ContentPart(Struct):
+    type: str
+    text: str | None = None
+
+
+class ChatMessage(Struct):
+    role: str
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+
+
+class ChatCompletionRequest(SamplingFields, kw_only=True, forbid_unknown_fields=True):
+    messages: list[ChatMessage]
+    max_completion_tokens: int | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = None
+    add_generation_prompt: bool = True
+    chat_template_kwargs: dict[str, Any] | None = None
+    tools: Any = None
+    tool_choice: Any = None
+    functions: Any = None
+    function_call: Any = None
+    parallel_tool_calls: Any = None
+
+
+class TokenizeRequest(Struct, kw_only=True, forbid_unknown_fields=True):
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[ChatMessage] | None = None
+    add_special_tokens: bool = True
+    add_generation_prompt: bool = True
+
+
+class DetokenizeRequest(Struct, kw_only=True, forbid_unknown_fields=True):
+    tokens: list[int]
+    model: str | None = None
+
+
+# -- responses ----------------------------------------------------------------------------
+
+
+class PromptTokensDetails(Struct):
+    cached_tokens: int
+
+
+class Usage(Struct):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    prompt_tokens_details: PromptTokensDetails
+
+
+class TopLogprob(Struct):
+    token: str
+    logprob: float
+    bytes: list[int]
+
+
+class ChatTokenLogprob(Struct):
+    token: str
+    logprob: float
+    bytes: list[int]
+    top_logprobs: list[TopLogprob]
+
+
+class ChatLogprobs(Struct):
+    content: list[ChatTokenLogprob]
+    refusal: None = None
+
+
+class CompletionLogprobs(Struct):
+    tokens: list[str]
+    token_logprobs: list[float]
+    top_logprobs: list[dict[str, float]]
+    text_offset: list[int]
+
+
+class ChatResponseMessage(Struct):
+    role: str
+    content: str
+    refusal: None = None
+    tool_calls: list[Any] = msgspec.field(default_factory=list)
+
+
+class ChatChoice(Struct):
+    index: int
+    message: ChatResponseMessage
+    logprobs: ChatLogprobs | None
+    finish_reason: str | None
+    stop_reason: str | int | None = None
+
+
+class ChatCompletion(Struct, kw_only=True):
+    id: str
+    object: str = "chat.completion"
+    created: int
+    model: str
+    system_fingerprint: None = None
+    choices: list[ChatChoice]
+    usage: Usage
+
+
+class ChatDelta(Struct):
+    # UNSET fields are left out of the JSON, as OpenAI leaves them out of a delta.
+    role: str | UnsetType = UNSET
+    content: str | UnsetType = UNSET
+
+
+class ChatChunkChoice(Struct):
+    index: int
+    delta: ChatDelta
+    logprobs: ChatLogprobs | None = None
+    finish_reason: str | None = None
+    stop_reason: str | int | None = None
+
+
+class ChatCompletionChunk(Struct, kw_only=True):
+    id: str
+    object: str = "chat.completion.chunk"
+    created: int
+    model: str
+    system_fingerprint: None = None
+    choices: list[ChatChunkChoice]
+    # UNSET: no usage key (include_usage off); None: "usage": null on a content chunk.
+    usage: Usage | UnsetType | None = UNSET
+
+
+class CompletionChoice(Struct):
+    index: int
+    text: str
+    logprobs: CompletionLogprobs | None
+    finish_reason: str | None
+    stop_reason: str | int | None = None
+
+
+class Completion(Struct, kw_only=True):
+    id: str
+    object: str = "text_completion"
+    created: int
+    model: str
+    system_fingerprint: None = None
+    choices: list[CompletionChoice]
+    usage: Usage | UnsetType | None = UNSET
+
+
+class ModelCard(Struct):
+    id: str
+    created: int
+    max_model_len: int
+    object: str = "model"
+    owned_by: str = "enclave"
+    root: str | None = None
+
+
+class ModelList(Struct):
+    data: list[ModelCard]
+    object: str = "list"
