@@ -32,6 +32,10 @@ def unauthorized(_: Request, exc: PermissionError) -> Response[dict[str, object]
     return _json(401, str(exc))
 
 
+def unavailable(_: Request, exc: ConnectionError) -> Response[dict[str, object]]:
+    return _json(503, str(exc))
+
+
 def conflict(_: Request, _exc: IntegrityError) -> Response[dict[str, object]]:
     return _json(409, "that conflicts with an existing record (a name or slug already used?)")
 
@@ -42,4 +46,5 @@ EXCEPTION_HANDLERS: dict[type[Exception], object] = {
     ValueError: bad_request,
     IntegrityError: conflict,
     PermissionError: unauthorized,
+    ConnectionError: unavailable,
 }

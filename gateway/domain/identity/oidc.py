@@ -20,6 +20,10 @@ SCOPES = "openid email profile groups"
 ALGORITHMS = ["RS256", "PS256", "ES256", "EdDSA"]
 
 
+class IdentityProviderUnavailable(ConnectionError):
+    """The IdP could not be reached or answered nonsense (503, not a refused login)."""
+
+
 class OidcError(PermissionError):
     """A login that must be refused; the message says why, without secrets."""
 
@@ -46,9 +50,8 @@ class OidcClient:
 
     async def metadata(self) -> ProviderMetadata:
         if self._metadata is None:
-            async with httpx.AsyncClient(timeout=10) as http:
-                url = self.issuer + "/.well-known/openid-configuration"
-                document = (await http.get(url)).raise_for_status().json()
+            url = self.issuer + "/.well-known/openid-configuration"
+            document = await self._fetch_json(url)
             if document.get("issuer", "").rstrip("/") != self.issuer:
                 raise OidcError("the discovery document names a different issuer")
             self._metadata = ProviderMetadata(
@@ -62,10 +65,20 @@ class OidcClient:
 
     async def keys(self, refresh: bool = False) -> KeySet:
         if self._keys is None or refresh:
-            async with httpx.AsyncClient(timeout=10) as http:
-                response = await http.get((await self.metadata()).jwks_uri)
-            self._keys = KeySet.import_key_set(response.raise_for_status().json())
+            document = await self._fetch_json((await self.metadata()).jwks_uri)
+            self._keys = KeySet.import_key_set(document)  # type: ignore[arg-type]
         return self._keys
+
+    async def _fetch_json(self, url: str) -> dict[str, Any]:
+        try:
+            async with httpx.AsyncClient(timeout=10) as http:
+                document: dict[str, Any] = (await http.get(url)).raise_for_status().json()
+        except (httpx.HTTPError, ValueError) as exc:
+            raise IdentityProviderUnavailable(
+                f"the identity provider at {self.issuer} did not answer ({type(exc).__name__}); "
+                "try again later, or sign in with the break-glass admin account"
+            ) from exc
+        return document
 
     def _oauth(self) -> AsyncOAuth2Client:
         return AsyncOAuth2Client(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import socket
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
@@ -146,3 +147,15 @@ def test_id_token_for_another_audience_is_refused(
         asyncio.run(ours.verify_id_token(claims["_id_token"], pending.nonce))
     with pytest.raises(OidcError):  # and a token whose signature was tampered with
         asyncio.run(other.verify_id_token(claims["_id_token"][:-4] + "AAAA", pending.nonce))
+
+
+def test_an_unreachable_provider_is_a_clear_503(tmp_path: Path) -> None:
+    with socket.socket() as sock:  # a port nothing listens on once the socket closes
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    settings = _prepared(tmp_path, f"http://127.0.0.1:{port}")
+    with TestClient(app=create_app(settings)) as client:
+        response = client.get("/auth/login", follow_redirects=False)
+    assert response.status_code == 503
+    assert "did not answer" in response.json()["detail"]
+    assert "break-glass" in response.json()["detail"]
