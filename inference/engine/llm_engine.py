@@ -16,6 +16,7 @@ from inference.engine.model_runner import ModelRunner
 from inference.engine.request_state import RequestState, SampleState, new_request_state
 from inference.engine.scheduler import Scheduler
 from inference.model.loader import load_model, num_kv_cache_bytes_per_token
+from inference.model.loader.gguf import read_gguf
 from inference.outputs import RequestOutput
 from inference.sampling.params import SamplingParams
 from inference.sampling.sampler import Sampler, make_generator, token_logprobs
@@ -28,11 +29,22 @@ class LLMEngine:
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
         self.device = _pick_device(config.device)
+        # A GGUF file is opened once: its metadata gives the tokenizer, its tensors the model.
+        gguf = read_gguf(config.model) if config.model.endswith(".gguf") else None
         self.model, self.arch = load_model(
-            config.model, dtype=config.dtype, device=self.device, progress=config.progress
+            config.model,
+            dtype=config.dtype,
+            device=self.device,
+            progress=config.progress,
+            gguf=gguf,
         )
         self.dtype = next(self.model.parameters()).dtype
-        self.tokenizer = load_tokenizer(config.tokenizer or config.model)
+        if gguf is not None and config.tokenizer is None:
+            self.tokenizer = Tokenizer.from_parts(
+                gguf.tokenizer, gguf.tokenizer_config, gguf.generation_config
+            )
+        else:
+            self.tokenizer = load_tokenizer(config.tokenizer or config.model)
         self.eos_token_ids = self.tokenizer.eos_token_ids
         self.max_model_len = config.max_model_len or self.arch.max_position_embeddings
         if self.max_model_len > self.arch.max_position_embeddings:
@@ -209,8 +221,6 @@ class LLMEngine:
 
 def load_tokenizer(path: str) -> Tokenizer:
     if path.endswith(".gguf"):
-        from inference.model.loader.gguf import read_gguf
-
         ckpt = read_gguf(path)
         return Tokenizer.from_parts(ckpt.tokenizer, ckpt.tokenizer_config, ckpt.generation_config)
     if not Path(path).is_dir():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from tqdm import tqdm
@@ -13,6 +13,9 @@ from inference.model.arch import ArchConfig
 from inference.model.llama import LlamaForCausalLM
 from inference.model.loader.hf import HFCheckpoint, checkpoint_dtype
 from inference.model.registry import model_class_for
+
+if TYPE_CHECKING:
+    from inference.model.loader.gguf import GGUFCheckpoint
 
 DTYPE_NAMES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -47,14 +50,16 @@ def load_model(
     dtype: torch.dtype | str = "auto",
     device: torch.device | str = "cpu",
     progress: bool = True,
+    gguf: GGUFCheckpoint | None = None,
 ) -> tuple[LlamaForCausalLM, ArchConfig]:
+    """Load a checkpoint. ``gguf``: an already opened GGUF file (its tensors unread)."""
     path = Path(path)
     device = torch.device(device)
     tensors: Iterable[tuple[str, torch.Tensor]]
-    if path.suffix == ".gguf":
+    if gguf is not None or path.suffix == ".gguf":
         from inference.model.loader.gguf import read_gguf  # the GGUF reader is optional
 
-        gguf = read_gguf(path)
+        gguf = gguf or read_gguf(path)
         hf_config, tensors, total = gguf.hf_config, gguf.tensors, gguf.num_tensors
     else:
         checkpoint = HFCheckpoint(path)
