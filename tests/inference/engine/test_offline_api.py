@@ -5,8 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from inference import LLM, SamplingParams
+from inference.kernels.attention import AttentionMetadata
 from tests.inference.checkpoints import make_checkpoint
 
 
@@ -148,3 +150,24 @@ def test_fair_share_between_tenants(tmp_path: Path) -> None:
     a_after_last_b = sum(1 for r in finished_order[last_b + 1 :] if r.startswith("a"))
     # ...but B's five do not wait for A's backlog of 50 to drain.
     assert a_after_last_b >= 30
+
+
+def test_prompt_logprobs_match_a_full_forward_even_with_the_prefix_cached(llm: LLM) -> None:
+    prompt = llm.tokenizer.encode("prompt logprobs over a prompt longer than one block of tokens")
+    llm.generate([prompt], greedy(2))  # puts the prompt's blocks in the prefix cache
+    out = llm.generate([prompt], greedy(2, prompt_logprobs=2))[0]
+    assert out.prompt_logprobs is not None and len(out.prompt_logprobs) == len(prompt)
+    assert out.prompt_logprobs[0] is None  # the first token has nothing before it
+    engine = llm.engine
+    # The reference: the model's own logits over the whole prompt, in one plain pass.
+    n = len(prompt)
+    blocks = torch.arange(-(-n // 16), dtype=torch.int64)
+    caches = [(torch.zeros_like(k), torch.zeros_like(v)) for k, v in engine.runner.kv_caches]
+    meta = AttentionMetadata.build(torch.arange(n), [0, n], [n], blocks[None], 16)
+    with torch.inference_mode():
+        hidden = engine.model(torch.tensor(prompt), torch.arange(n), caches, meta)
+        expected = torch.log_softmax(engine.model.compute_logits(hidden), dim=-1)
+    for pos, lp in enumerate(out.prompt_logprobs[1:], start=1):
+        assert lp is not None and lp.token_id == prompt[pos]
+        assert abs(lp.logprob - expected[pos - 1, prompt[pos]].item()) < 1e-4
+        assert len(lp.top) == 2
