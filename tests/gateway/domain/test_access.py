@@ -92,6 +92,14 @@ def test_session_cookie_csrf_logout_and_expiry(tmp_path: Path) -> None:
         database.commit()
         database.close()
         assert client.get("/api/me").status_code == 401
+        # Absolute expiry: a session in active use still ends at its absolute end.
+        sign_in(client, ADMIN_EMAIL, gateway.admin_password)
+        assert client.get("/api/me").status_code == 200
+        database = sqlite3.connect(tmp_path / "enclave.db")
+        database.execute("UPDATE sessions SET expires_at = '2000-01-01 00:00:00.000000'")
+        database.commit()
+        database.close()
+        assert client.get("/api/me").status_code == 401
         csrf = sign_in(client, ADMIN_EMAIL, gateway.admin_password)
         out = client.post("/auth/logout", headers={"x-csrf-token": csrf})
         assert out.status_code == 200 and out.json()["redirect"].endswith("/")
