@@ -26,6 +26,8 @@ from inference.server.validation import decode_request
 from inference.server.worker import Worker
 
 if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
+
     from inference.engine.llm_engine import LLMEngine
 
 log = logging.getLogger("inference.server")
@@ -36,13 +38,27 @@ TENANT_HEADER = "x-enclave-tenant"
 class WorkerApp(WorkerMiddleware):
     """The ASGI app; ``worker`` is its state (ready, draining, metrics)."""
 
-    def __init__(self, app: Litestar, worker: Worker) -> None:
-        super().__init__(app, api_key=worker.settings.api_key)  # type: ignore[arg-type]
+    def __init__(
+        self, app: Litestar, worker: Worker, tracer_provider: TracerProvider | None = None
+    ) -> None:
+        super().__init__(
+            app,  # type: ignore[arg-type]
+            api_key=worker.settings.api_key,
+            tracer_provider=tracer_provider,
+        )
         self.worker = worker
 
 
-def create_app(engine: LLMEngine | Callable[[], LLMEngine], settings: ServerSettings) -> WorkerApp:
+def create_app(
+    engine: LLMEngine | Callable[[], LLMEngine],
+    settings: ServerSettings,
+    *,
+    tracer_provider: TracerProvider | None = None,
+) -> WorkerApp:
     """Serve ``engine`` (an LLMEngine), or the one ``engine()`` loads.
+
+    ``tracer_provider``: where each request's span goes (continuing the caller's
+    ``traceparent``); none means no spans.
 
     A loader runs in a thread at startup, so /health answers and /ready says 503 while the
     weights load.
@@ -177,7 +193,7 @@ def create_app(engine: LLMEngine | Callable[[], LLMEngine], settings: ServerSett
         logging_config=None,
         openapi_config=None,
     )
-    return WorkerApp(litestar, worker)
+    return WorkerApp(litestar, worker, tracer_provider)
 
 
 async def drain(worker: Worker, timeout_s: float) -> bool:

@@ -12,8 +12,11 @@ import uuid
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from opentelemetry import trace
+
 from inference.server.auth import is_authorized, needs_auth
 from inference.server.errors import error_body
+from inference.server.tracing import caller_context, tracer_for
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -27,9 +30,16 @@ TENANT = b"x-enclave-tenant"
 
 
 class WorkerMiddleware:
-    def __init__(self, app: ASGIApp, *, api_key: str | None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        api_key: str | None,
+        tracer_provider: trace.TracerProvider | None = None,
+    ) -> None:
         self.app = app
         self.api_key = api_key
+        self.tracer = tracer_for(tracer_provider)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -50,6 +60,12 @@ class WorkerMiddleware:
                 ]
             await send(message)
 
+        span = self.tracer.start_span(
+            f"{scope['method']} {scope['path']}",
+            context=caller_context(headers),
+            kind=trace.SpanKind.SERVER,
+            attributes={"http.route": scope["path"], "enclave.request_id": request_id},
+        )
         try:
             refused = (
                 self.api_key is not None
@@ -59,8 +75,11 @@ class WorkerMiddleware:
             if refused:
                 await _send_401(send_with_id)
                 return
-            await self.app(scope, receive, send_with_id)
+            with trace.use_span(span, end_on_exit=False):
+                await self.app(scope, receive, send_with_id)
         finally:
+            span.set_attribute("http.status_code", status)
+            span.end()
             # Never the prompt, the key or the Authorization header.
             log.info(
                 "%s %s %d %.1fms request_id=%s tenant=%s traceparent=%s",
