@@ -12,6 +12,7 @@ import torch
 
 from inference.config import CacheConfig, SchedulerConfig
 from inference.engine.engine_config import EngineConfig
+from inference.engine.malloc_tuning import keep_freed_memory_for_reuse
 from inference.engine.model_runner import ModelRunner
 from inference.engine.request_state import RequestState, SampleState, new_request_state
 from inference.engine.scheduler import Scheduler
@@ -29,6 +30,8 @@ class LLMEngine:
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
         self.device = _pick_device(config.device)
+        if self.device.type == "cpu":
+            keep_freed_memory_for_reuse()
         # A GGUF file is opened once: its metadata gives the tokenizer, its tensors the model.
         gguf = read_gguf(config.model) if config.model.endswith(".gguf") else None
         self.model, self.arch = load_model(
