@@ -10,6 +10,7 @@ from inference.engine.engine_config import EngineConfig
 from inference.engine.llm_engine import LLMEngine
 from inference.outputs import RequestOutput
 from inference.sampling.params import SamplingParams
+from inference.text.tokenizer import Tokenizer
 
 Prompt = str | Sequence[int]
 
@@ -27,7 +28,7 @@ class LLM:
         self._ids = itertools.count()
 
     @property
-    def tokenizer(self) -> Any:
+    def tokenizer(self) -> Tokenizer:
         return self.engine.tokenizer
 
     def generate(

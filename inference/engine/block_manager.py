@@ -74,12 +74,11 @@ class BlockManager:
         """Give a sequence without blocks its longest cached prefix of full blocks.
 
         At least the last token is left to compute, since the step needs its logits. A
-        request for prompt logprobs takes no cached blocks: every prompt position must go
-        through the model for its logits.
+        sequence that does not read the cache (``seq.reads_prefix_cache``) takes nothing.
         """
         if seq.block_table:
             raise ValueError(f"sequence {seq.seq_id} already has blocks")
-        if not self.enable_prefix_caching or seq.params.prompt_logprobs is not None:
+        if not self.enable_prefix_caching or not seq.reads_prefix_cache:
             return
         num_full = (len(seq) - 1) // self.block_size
         hashes = self._block_hashes(seq, num_full)

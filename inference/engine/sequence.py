@@ -63,6 +63,11 @@ class Sequence:
         return self.token_ids[self.num_prompt_tokens :]
 
     @property
+    def reads_prefix_cache(self) -> bool:
+        """False when every prompt position must go through the model (prompt logprobs)."""
+        return self.params.prompt_logprobs is None
+
+    @property
     def is_finished(self) -> bool:
         return self.status is SequenceStatus.FINISHED
 
