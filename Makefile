@@ -53,6 +53,7 @@ test: install services lint $(OIDC_STAMP)
 	source .run/services.env && $(PY) -m pytest
 
 run: install
+	@scripts/fetch-demo-model.sh >/dev/null
 	exec $(VENV)/bin/enclave serve
 
 clean:

@@ -5,12 +5,14 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from msgspec import UNSET, UnsetType
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.db import migrate
 from gateway.db.engine import create_engine, session_factory
-from gateway.domain.departments.schemas import DepartmentCreate, DepartmentUpdate
+from gateway.domain.departments.schemas import DepartmentCreate, DepartmentRead, DepartmentUpdate
 from gateway.domain.departments.service import DepartmentService
+from gateway.domain.departments.service import to_read as department_read
 from gateway.domain.identity.passwords import password_hasher
 from gateway.domain.keys.schemas import KeyCreate, KeyRead
 from gateway.domain.keys.service import KeyService, expiry_from_days
@@ -56,15 +58,29 @@ async def create_department(settings: Settings, name: str, slug: str) -> str:
 
 
 async def set_quota(
-    settings: Settings, slug: str, monthly_tokens: int | None, requests_per_minute: int | None
-) -> None:
+    settings: Settings,
+    slug: str,
+    monthly_token_quota: int | UnsetType | None = UNSET,
+    requests_per_minute: int | UnsetType | None = UNSET,
+    *,
+    daily_token_quota: int | UnsetType | None = UNSET,
+    tokens_per_minute: int | UnsetType | None = UNSET,
+    concurrent_requests: int | UnsetType | None = UNSET,
+    audit_bodies: bool | UnsetType = UNSET,
+) -> DepartmentRead:
+    """Change the limits given (None lifts one); those left out keep their value."""
     async with transaction(settings) as db:
         service = DepartmentService(db)
         row = await service.by_slug(slug)
         update = DepartmentUpdate(
-            monthly_token_quota=monthly_tokens, requests_per_minute=requests_per_minute
+            monthly_token_quota=monthly_token_quota,
+            requests_per_minute=requests_per_minute,
+            daily_token_quota=daily_token_quota,
+            tokens_per_minute=tokens_per_minute,
+            concurrent_requests=concurrent_requests,
+            audit_bodies=audit_bodies,
         )
-        await service.update(row.id, update)
+        return department_read(await service.update(row.id, update))
 
 
 async def create_key(

@@ -4,20 +4,26 @@ from __future__ import annotations
 
 from typing import Any
 
-from litestar import Litestar, get
+from litestar import Litestar, Request, get
 from litestar.di import Provide
+from opentelemetry.sdk.trace import TracerProvider
 
 from gateway import __version__
 from gateway.dependencies import provide_db, provide_principal, provide_state
+from gateway.domain.audit.controllers import AuditController
 from gateway.domain.departments.controllers import DepartmentController, GroupMappingController
 from gateway.domain.identity.controllers import IdentityController, OidcController
 from gateway.domain.identity.middleware import principal_middleware
 from gateway.domain.keys.controllers import KeyController
+from gateway.domain.proxy.handlers import chat_completions, completions, models
+from gateway.domain.proxy.traffic import Traffic
 from gateway.domain.users.controllers import UserController
+from gateway.domain.workers.supervisor import WorkerSupervisor
 from gateway.errors import EXCEPTION_HANDLERS
 from gateway.request_context import request_id_middleware
 from gateway.settings import Settings
 from gateway.state import GatewayState
+from gateway.traffic_setup import build_traffic
 
 
 @get("/health", sync_to_thread=False)
@@ -27,24 +33,51 @@ def health() -> dict[str, str]:
 
 
 # Routes anyone may call; every other route needs a session or a key (tests check this).
-PUBLIC_PATHS = frozenset({"/health", "/auth/local/login", "/auth/login", "/auth/callback"})
+PUBLIC_PATHS = frozenset(
+    {"/health", "/metrics", "/auth/local/login", "/auth/login", "/auth/callback"}
+)
 
 
-def create_app(settings: Settings, extra_route_handlers: list[Any] | None = None) -> Litestar:
+@get("/metrics", sync_to_thread=False, media_type="text/plain; version=0.0.4")
+def metrics(request: Request) -> bytes:
+    """Prometheus: requests, refusals by reason, latency, tokens by department, upstreams."""
+    traffic: Traffic = request.app.state.traffic
+    return traffic.metrics.render(traffic.pool, traffic.audit.pending, traffic.audit.spooled)
+
+
+def create_app(
+    settings: Settings,
+    extra_route_handlers: list[Any] | None = None,
+    *,
+    supervisor: WorkerSupervisor | None = None,
+    tracer_provider: TracerProvider | None = None,
+) -> Litestar:
+    """The gateway; ``supervisor`` is the embedded default's own worker, started with it."""
     gateway = GatewayState.build(settings)
+    traffic = build_traffic(settings, gateway, supervisor, tracer_provider)
+
+    async def start_state() -> None:
+        await gateway.start()
+        await traffic.start()
 
     async def close_state() -> None:
+        await traffic.close()
         await gateway.close()
 
     app = Litestar(
         route_handlers=[
             health,
+            metrics,
+            chat_completions,
+            completions,
+            models,
             IdentityController,
             OidcController,
             DepartmentController,
             GroupMappingController,
             UserController,
             KeyController,
+            AuditController,
             *(extra_route_handlers or []),
         ],
         middleware=[request_id_middleware, principal_middleware],
@@ -54,10 +87,12 @@ def create_app(settings: Settings, extra_route_handlers: list[Any] | None = None
             "principal": Provide(provide_principal, sync_to_thread=False),
         },
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
+        on_startup=[start_state],
         on_shutdown=[close_state],
         logging_config=None,  # structlog is configured by the CLI, once per process
         openapi_config=None,
     )
     app.state.settings = settings
     app.state.gateway = gateway
+    app.state.traffic = traffic
     return app

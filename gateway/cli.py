@@ -6,11 +6,12 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import structlog
 from sqlalchemy.exc import IntegrityError
 
-from gateway import cli_admin
+from gateway import cli_admin, cli_audit
 from gateway.settings import Settings, SettingsError, unknown_variables
 
 
@@ -19,6 +20,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     commands.add_parser("serve", help="start the gateway (configured by ENCLAVE_* variables)")
     cli_admin.add_commands(commands)
+    cli_audit.add_commands(commands)
     args = parser.parse_args(argv)
 
     try:
@@ -35,6 +37,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (ValueError, LookupError, IntegrityError) as exc:
             print(f"enclave: {exc}", file=sys.stderr)
             return 1
+    if args.command == "audit":
+        return cli_audit.run(settings, args)
     parser.error(f"unknown command {args.command!r}")  # argparse exits
     return 2
 
@@ -51,9 +55,22 @@ def serve(settings: Settings) -> int:
         log.warning("unknown setting ignored", variable=name)
     if settings.mode == "embedded":
         first_start(settings)
+    supervisor = None
+    if settings.mode == "embedded" and not settings.worker_urls:
+        from gateway.traffic_setup import embedded_supervisor
+
+        if not Path(settings.model).is_file():
+            print(
+                f"enclave: the model {settings.model} does not exist; run"
+                " scripts/fetch-demo-model.sh or set ENCLAVE_MODEL (or ENCLAVE_WORKERS)",
+                file=sys.stderr,
+            )
+            return 2
+        supervisor = embedded_supervisor(settings)
+        log.info("starting the embedded worker", model=settings.model, url=supervisor.url)
     log.info("starting", mode=settings.mode, url=f"http://{settings.host}:{settings.port}")
     uvicorn.run(
-        create_app(settings),
+        create_app(settings, supervisor=supervisor),
         host=settings.host,
         port=settings.port,
         log_config=None,

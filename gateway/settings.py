@@ -52,6 +52,21 @@ class Settings:
     oidc_admin_group: str = ""
     session_idle_minutes: int = 60
     session_absolute_hours: int = 12
+    # Traffic. Workers: comma-separated base URLs; each one's models come from its /v1/models.
+    # Empty in embedded mode: the gateway starts one worker on ``model`` itself.
+    workers: str = ""
+    # The bearer token workers require (their --api-key-env); generated in embedded mode.
+    worker_token: str = ""
+    model: str = ".enclave/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+    worker_port: int = 8100
+    health_interval_ms: int = 2000
+    upstream_timeout_seconds: int = 600
+    # Without Redis (or with it down) the limiter refuses with 503 unless this is on.
+    limits_fail_open: bool = False
+    audit_body_max_bytes: int = 65536
+    # 0 keeps audit records forever; otherwise a job deletes older ones (the chain's anchor kept).
+    audit_retention_days: int = 0
+    otlp_endpoint: str = ""
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:
@@ -62,9 +77,20 @@ class Settings:
             raise SettingsError(f"{env_name('session_idle_minutes')} must be at least 1")
         if self.session_absolute_hours < 1:
             raise SettingsError(f"{env_name('session_absolute_hours')} must be at least 1")
+        for name in ("health_interval_ms", "upstream_timeout_seconds", "worker_port"):
+            if getattr(self, name) < 1:
+                raise SettingsError(f"{env_name(name)} must be at least 1")
+        for name in ("audit_body_max_bytes", "audit_retention_days"):
+            if getattr(self, name) < 0:
+                raise SettingsError(f"{env_name(name)} must not be negative")
+        for url in self.worker_urls:
+            if not url.startswith(("http://", "https://")):
+                raise SettingsError(f"{env_name('workers')}: {url!r} is not an http(s) URL")
         if self.oidc_issuer and not self.oidc_client_id:
             raise SettingsError(f"{env_name('oidc_client_id')} is required with an OIDC issuer")
         if self.mode == "production":
+            if self.workers and not self.worker_token:
+                raise SettingsError(f"{env_name('worker_token')} is required with workers")
             for name in ("secret_key", "database_url", "redis_url"):
                 if not getattr(self, name):
                     raise SettingsError(f"{env_name(name)} is required in production mode")
@@ -77,6 +103,15 @@ class Settings:
         if self.database_url:
             return self.database_url
         return f"sqlite+aiosqlite:///{(self.data_dir / 'enclave.db').resolve()}"
+
+    @property
+    def worker_urls(self) -> list[str]:
+        return [u.strip().rstrip("/") for u in self.workers.split(",") if u.strip()]
+
+    @property
+    def audit_spool_dir(self) -> Path:
+        """Where audit records wait, append-only, while the database is unreachable."""
+        return self.data_dir / "audit-spool"
 
     @property
     def base_url(self) -> str:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 from argon2 import PasswordHasher
@@ -10,6 +11,9 @@ from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from gateway.db.engine import create_engine, session_factory
+from gateway.domain.audit.retention import retention_loop
+from gateway.domain.audit.writer import AuditWriter
+from gateway.domain.identity.key_cache import KeySnapshots
 from gateway.domain.identity.oidc import OidcClient
 from gateway.domain.identity.passwords import password_hasher
 from gateway.domain.identity.session_store import (
@@ -30,8 +34,11 @@ class GatewayState:
     db: async_sessionmaker[AsyncSession]
     sessions: SessionStore
     hasher: PasswordHasher
+    audit: AuditWriter
     redis: Redis | None = None
     oidc: OidcClient | None = None
+    key_snapshots: KeySnapshots = field(default_factory=KeySnapshots)
+    retention: asyncio.Task[None] | None = None  # the audit retention job, when configured
 
     @classmethod
     def build(cls, settings: Settings) -> GatewayState:
@@ -54,11 +61,21 @@ class GatewayState:
             factory,
             sessions,
             password_hasher(),
+            AuditWriter(factory, settings.audit_spool_dir),
             redis,
             OidcClient(settings) if settings.oidc_issuer else None,
         )
 
+    async def start(self) -> None:
+        await self.audit.start()
+        if self.settings.audit_retention_days > 0:
+            days = self.settings.audit_retention_days
+            self.retention = asyncio.create_task(retention_loop(self.db, days))
+
     async def close(self) -> None:
+        if self.retention is not None:
+            self.retention.cancel()
+        await self.audit.close()  # before the engine goes: it writes what is queued
         await self.engine.dispose()
         if self.redis is not None:
             await self.redis.aclose()

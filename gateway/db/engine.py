@@ -12,9 +12,18 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 
+# Seconds to wait for Postgres to accept a connection: a database that is down must fail
+# fast (and the gateway fall back), not hold requests for asyncpg's default 60 s.
+CONNECT_TIMEOUT_S = 5
+
 
 def create_engine(url: str) -> AsyncEngine:
-    engine = create_async_engine(url, pool_pre_ping=not url.startswith("sqlite"))
+    if url.startswith("sqlite"):
+        engine = create_async_engine(url)
+    else:
+        engine = create_async_engine(
+            url, pool_pre_ping=True, connect_args={"timeout": CONNECT_TIMEOUT_S}
+        )
     if url.startswith("sqlite"):
         # SQLite leaves foreign keys off unless asked, per connection.
         @event.listens_for(engine.sync_engine, "connect")

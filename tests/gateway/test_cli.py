@@ -35,6 +35,8 @@ def test_serve_answers_health_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> Non
         "ENCLAVE_PORT": str(port),
         "ENCLAVE_LOG_FORMAT": "json",
         "ENCLAVE_DATA_DIR": str(tmp_path),
+        # A worker elsewhere (not answering): the embedded worker is the supervisor's tests'.
+        "ENCLAVE_WORKERS": "http://127.0.0.1:9",
     }
     proc = subprocess.Popen(
         [sys.executable, "-m", "gateway", "serve"],

@@ -4,7 +4,17 @@ from gateway.db.models.api_key import ApiKey
 from gateway.db.models.audit import AuditRecord
 from gateway.db.models.department import Department
 from gateway.db.models.group_mapping import GroupMapping
+from gateway.db.models.request_record import AuditChain, RequestRecord
 from gateway.db.models.session import LoginSession
 from gateway.db.models.user import User
 
-__all__ = ["ApiKey", "AuditRecord", "Department", "GroupMapping", "LoginSession", "User"]
+__all__ = [
+    "ApiKey",
+    "AuditChain",
+    "AuditRecord",
+    "Department",
+    "GroupMapping",
+    "LoginSession",
+    "RequestRecord",
+    "User",
+]

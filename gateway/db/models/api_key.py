@@ -3,7 +3,7 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
-from sqlalchemy import JSON, ForeignKey, String
+from sqlalchemy import JSON, BigInteger, ForeignKey, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from gateway.db.base import Base, CreatedMixin, IdMixin
@@ -23,6 +23,12 @@ class ApiKey(IdMixin, CreatedMixin, Base):
     # The first characters of the key, so admins can tell keys apart; not enough to use.
     display_prefix: Mapped[str] = mapped_column(String(20))
     allowed_models: Mapped[list[str] | None] = mapped_column(JSON, default=None)
+    # The key's own limits, on top of its department's: None means no limit of its own.
+    requests_per_minute: Mapped[int | None] = mapped_column(default=None)
+    tokens_per_minute: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    concurrent_requests: Mapped[int | None] = mapped_column(default=None)
+    daily_token_quota: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    monthly_token_quota: Mapped[int | None] = mapped_column(BigInteger, default=None)
     expires_at: Mapped[datetime | None] = mapped_column(default=None)
     revoked_at: Mapped[datetime | None] = mapped_column(default=None)
     last_used_at: Mapped[datetime | None] = mapped_column(default=None)

@@ -11,8 +11,13 @@ SLUG_PATTERN = "^[a-z0-9][a-z0-9-]{0,99}$"
 class DepartmentCreate(msgspec.Struct, forbid_unknown_fields=True):
     name: str
     slug: str
+    # Limits and quotas: None is unlimited; see docs/limits.md.
     monthly_token_quota: int | None = None
     requests_per_minute: int | None = None
+    daily_token_quota: int | None = None
+    tokens_per_minute: int | None = None
+    concurrent_requests: int | None = None
+    audit_bodies: bool = False
     allowed_models: list[str] | None = None
     scheduling_weight: int = 1
 
@@ -23,6 +28,10 @@ class DepartmentUpdate(msgspec.Struct, forbid_unknown_fields=True):
     name: str | msgspec.UnsetType = msgspec.UNSET
     monthly_token_quota: int | msgspec.UnsetType | None = msgspec.UNSET
     requests_per_minute: int | msgspec.UnsetType | None = msgspec.UNSET
+    daily_token_quota: int | msgspec.UnsetType | None = msgspec.UNSET
+    tokens_per_minute: int | msgspec.UnsetType | None = msgspec.UNSET
+    concurrent_requests: int | msgspec.UnsetType | None = msgspec.UNSET
+    audit_bodies: bool | msgspec.UnsetType = msgspec.UNSET
     allowed_models: list[str] | msgspec.UnsetType | None = msgspec.UNSET
     scheduling_weight: int | msgspec.UnsetType = msgspec.UNSET
 
@@ -36,6 +45,10 @@ class DepartmentRead(msgspec.Struct):
     allowed_models: list[str] | None
     scheduling_weight: int
     created_at: datetime
+    daily_token_quota: int | None = None
+    tokens_per_minute: int | None = None
+    concurrent_requests: int | None = None
+    audit_bodies: bool = False
 
 
 class GroupMappingCreate(msgspec.Struct, forbid_unknown_fields=True):

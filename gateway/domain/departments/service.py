@@ -19,6 +19,7 @@ from gateway.domain.departments.schemas import (
     GroupMappingCreate,
     GroupMappingRead,
 )
+from gateway.domain.limits.validation import check_limit_values
 from gateway.domain.pagination import Page, make_page, page_query
 from gateway.errors import NotFoundError
 
@@ -33,14 +34,15 @@ def to_read(row: Department) -> DepartmentRead:
         row.allowed_models,
         row.scheduling_weight,
         as_utc(row.created_at),
+        daily_token_quota=row.daily_token_quota,
+        tokens_per_minute=row.tokens_per_minute,
+        concurrent_requests=row.concurrent_requests,
+        audit_bodies=row.audit_bodies,
     )
 
 
 def _check_limits(values: dict[str, object]) -> None:
-    for name in ("monthly_token_quota", "requests_per_minute"):
-        value = values.get(name)
-        if isinstance(value, int) and value < 0:
-            raise ValueError(f"{name} must not be negative")
+    check_limit_values(values)
     weight = values.get("scheduling_weight")
     if isinstance(weight, int) and not 1 <= weight <= 1000:
         raise ValueError("scheduling_weight must be between 1 and 1000")

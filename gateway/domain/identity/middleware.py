@@ -5,16 +5,22 @@ from __future__ import annotations
 from http.cookies import SimpleCookie
 from typing import TYPE_CHECKING
 
+import structlog
 from litestar.types import ASGIApp, Receive, Scope, Send
+from sqlalchemy.exc import DBAPIError
 
 from gateway.db.models import Department, User
 from gateway.domain.identity.principal import SESSION_COOKIE, Principal
+from gateway.domain.keys import tokens
 from gateway.domain.keys.service import KeyService
 
 if TYPE_CHECKING:
     from gateway.state import GatewayState
 
 PRINCIPAL_KEY = "principal"
+# What reaching a database that is down raises (asyncpg's refusals are plain OSErrors).
+DATABASE_DOWN = (OSError, DBAPIError, TimeoutError)
+log = structlog.get_logger("gateway.identity")
 
 
 def principal_middleware(app: ASGIApp) -> ASGIApp:
@@ -35,11 +41,7 @@ def principal_middleware(app: ASGIApp) -> ASGIApp:
 async def resolve_principal(state: GatewayState, authorization: str, cookie: str) -> Principal:
     scheme, _, credential = authorization.partition(" ")
     if scheme.lower() == "bearer" and credential:
-        async with state.db.begin() as db:
-            key = await KeyService(db, state.secret_key).authenticate(credential.strip())
-            if key is None:
-                return Principal()
-            return Principal(api_key=key, department=await db.get(Department, key.department_id))
+        return await _key_principal(state, credential.strip())
     session_id = _cookie_value(cookie, SESSION_COOKIE)
     if not session_id:
         return Principal()
@@ -52,6 +54,26 @@ async def resolve_principal(state: GatewayState, authorization: str, cookie: str
             return Principal()
         department = await db.get(Department, user.department_id) if user.department_id else None
     return Principal(user=user, session_id=session_id, session=session, department=department)
+
+
+async def _key_principal(state: GatewayState, credential: str) -> Principal:
+    if not tokens.looks_like_key(credential):
+        return Principal()
+    digest = tokens.hash_key(state.secret_key, credential)
+    try:
+        async with state.db.begin() as db:
+            key = await KeyService(db, state.secret_key).authenticate(credential)
+            if key is None:
+                return Principal()
+            department = await db.get(Department, key.department_id)
+    except DATABASE_DOWN as exc:
+        snapshot = state.key_snapshots.get(digest)
+        if snapshot is None:
+            raise ConnectionError("the database cannot be reached; try again shortly") from exc
+        log.warning("database down: API key from its last good lookup", error=repr(exc))
+        return Principal(api_key=snapshot[0], department=snapshot[1])
+    state.key_snapshots.put(digest, key, department)
+    return Principal(api_key=key, department=department)
 
 
 def _cookie_value(header: str, name: str) -> str:

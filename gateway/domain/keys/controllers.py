@@ -1,15 +1,15 @@
-"""`/api/admin/keys`: create (shown once), list, revoke, rotate."""
+"""`/api/admin/keys`: create (shown once), list, change limits, revoke, rotate."""
 
 from __future__ import annotations
 
 import uuid
 
-from litestar import Controller, get, post
+from litestar import Controller, get, patch, post
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.domain.identity.guards import require_admin
 from gateway.domain.identity.principal import Principal
-from gateway.domain.keys.schemas import KeyCreate, KeyCreated, KeyRead, KeyRotate
+from gateway.domain.keys.schemas import KeyCreate, KeyCreated, KeyRead, KeyRotate, KeyUpdate
 from gateway.domain.keys.service import KeyService, to_read
 from gateway.domain.pagination import Page
 from gateway.state import GatewayState
@@ -40,6 +40,12 @@ class KeyController(Controller):
     ) -> KeyCreated:
         key, row = await KeyService(db, gateway.secret_key).create(data, _actor(principal))
         return KeyCreated(key, to_read(row))
+
+    @patch("/{key_id:uuid}")
+    async def update_key(
+        self, db: AsyncSession, gateway: GatewayState, key_id: uuid.UUID, data: KeyUpdate
+    ) -> KeyRead:
+        return to_read(await KeyService(db, gateway.secret_key).update(key_id, data))
 
     @post("/{key_id:uuid}/revoke", status_code=200)
     async def revoke_key(

@@ -11,6 +11,23 @@ class KeyCreate(msgspec.Struct, forbid_unknown_fields=True):
     name: str = msgspec.field()
     allowed_models: list[str] | None = None
     expires_at: datetime | None = None
+    # The key's own limits, on top of its department's; None is no limit of its own.
+    requests_per_minute: int | None = None
+    tokens_per_minute: int | None = None
+    concurrent_requests: int | None = None
+    daily_token_quota: int | None = None
+    monthly_token_quota: int | None = None
+
+
+class KeyUpdate(msgspec.Struct, forbid_unknown_fields=True):
+    """A key's limits: only the fields present change; null lifts one. Applies to the next
+    request."""
+
+    requests_per_minute: int | msgspec.UnsetType | None = msgspec.UNSET
+    tokens_per_minute: int | msgspec.UnsetType | None = msgspec.UNSET
+    concurrent_requests: int | msgspec.UnsetType | None = msgspec.UNSET
+    daily_token_quota: int | msgspec.UnsetType | None = msgspec.UNSET
+    monthly_token_quota: int | msgspec.UnsetType | None = msgspec.UNSET
 
 
 class KeyRotate(msgspec.Struct, forbid_unknown_fields=True):
@@ -28,6 +45,11 @@ class KeyRead(msgspec.Struct):
     revoked_at: datetime | None
     last_used_at: datetime | None
     created_at: datetime
+    requests_per_minute: int | None = None
+    tokens_per_minute: int | None = None
+    concurrent_requests: int | None = None
+    daily_token_quota: int | None = None
+    monthly_token_quota: int | None = None
 
 
 class KeyCreated(msgspec.Struct):

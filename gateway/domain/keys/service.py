@@ -5,13 +5,15 @@ from __future__ import annotations
 import uuid
 from datetime import datetime, timedelta
 
+import msgspec
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.db.base import as_utc, utc_now
 from gateway.db.models import ApiKey, Department
 from gateway.domain.keys import tokens
-from gateway.domain.keys.schemas import KeyCreate, KeyRead
+from gateway.domain.keys.schemas import KeyCreate, KeyRead, KeyUpdate
+from gateway.domain.limits.validation import LIMIT_FIELDS, check_limit_values
 from gateway.domain.pagination import Page, make_page, page_query
 from gateway.errors import NotFoundError
 
@@ -30,6 +32,7 @@ def to_read(key: ApiKey) -> KeyRead:
         revoked_at=key.revoked_at and as_utc(key.revoked_at),
         last_used_at=key.last_used_at and as_utc(key.last_used_at),
         created_at=as_utc(key.created_at),
+        **{name: getattr(key, name) for name in LIMIT_FIELDS},
     )
 
 
@@ -46,6 +49,7 @@ class KeyService:
     ) -> tuple[str, ApiKey]:
         if not data.name.strip():
             raise ValueError("name must not be empty")
+        check_limit_values(msgspec.structs.asdict(data))
         if await self.db.get(Department, data.department_id) is None:
             raise NotFoundError("no such department")
         key = tokens.generate_key()
@@ -58,6 +62,7 @@ class KeyService:
             expires_at=data.expires_at,
             created_by_id=created_by,
             rotated_from_id=rotated_from,
+            **{name: getattr(data, name) for name in LIMIT_FIELDS},
         )
         self.db.add(row)
         await self.db.flush()
@@ -67,6 +72,16 @@ class KeyService:
         row = await self.db.get(ApiKey, key_id)
         if row is None:
             raise NotFoundError("no such API key")
+        return row
+
+    async def update(self, key_id: uuid.UUID, data: KeyUpdate) -> ApiKey:
+        """Change a key's limits; the limiter reads them afresh on the key's next request."""
+        row = await self.get(key_id)
+        changes = {k: v for k, v in msgspec.structs.asdict(data).items() if v is not msgspec.UNSET}
+        check_limit_values(changes)
+        for name, value in changes.items():
+            setattr(row, name, value)
+        await self.db.flush()
         return row
 
     async def list_page(
@@ -93,7 +108,8 @@ class KeyService:
         old = await self.get(key_id)
         if old.revoked_at is not None:
             raise ValueError("a revoked key cannot be rotated")
-        data = KeyCreate(old.department_id, old.name, old.allowed_models, old.expires_at)
+        limits = {name: getattr(old, name) for name in LIMIT_FIELDS}  # the new key keeps them
+        data = KeyCreate(old.department_id, old.name, old.allowed_models, old.expires_at, **limits)
         key, new = await self.create(data, created_by=by, rotated_from=old.id)
         ends = utc_now() + timedelta(seconds=grace_seconds)
         old.expires_at = ends if old.expires_at is None else min(as_utc(old.expires_at), ends)

@@ -1,0 +1,1 @@
+"""`enclave bench ...`: measurements of the gateway, printed as JSON."""

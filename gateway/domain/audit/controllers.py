@@ -1,0 +1,79 @@
+"""`/api/admin/audit`: search the request log and export it as CSV (admins only)."""
+
+from __future__ import annotations
+
+from litestar import Controller, get
+from litestar.params import FromQuery
+from litestar.response import Stream
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from gateway.db.models import RequestRecord
+from gateway.domain.audit import query
+from gateway.domain.audit.export import csv_rows
+from gateway.domain.audit.schemas import RecordDetail, RecordRead, to_detail, to_read
+from gateway.domain.identity.guards import require_admin
+from gateway.domain.pagination import Page
+from gateway.errors import NotFoundError
+from gateway.state import GatewayState
+
+# Every parameter is taken as text and parsed by query.AuditFilter: a bad value is a 400
+# that names the parameter.
+Query = FromQuery[str | None]
+
+
+class AuditController(Controller):
+    path = "/api/admin/audit"
+    guards = [require_admin]  # noqa: RUF012
+
+    @get("/")
+    async def search(
+        self,
+        db: AsyncSession,
+        since: Query = None,
+        until: Query = None,
+        department_id: Query = None,
+        user_id: Query = None,
+        api_key_id: Query = None,
+        status: Query = None,
+        request_id: Query = None,
+        after: Query = None,
+        limit: Query = None,
+    ) -> Page[RecordRead]:
+        filters = query.AuditFilter.parse(
+            since, until, department_id, user_id, api_key_id, status, request_id
+        )
+        size = query.page_size(limit)
+        statement = query.newest_first(filters, query.cursor(after), size + 1)
+        rows = (await db.scalars(statement)).all()
+        more = len(rows) > size
+        rows = rows[:size]
+        return Page([to_read(r) for r in rows], str(rows[-1].seq) if more else None)
+
+    @get("/export.csv")
+    async def export_csv(
+        self,
+        gateway: GatewayState,
+        since: Query = None,
+        until: Query = None,
+        department_id: Query = None,
+        user_id: Query = None,
+        api_key_id: Query = None,
+        status: Query = None,
+        request_id: Query = None,
+    ) -> Stream:
+        filters = query.AuditFilter.parse(
+            since, until, department_id, user_id, api_key_id, status, request_id
+        )
+        return Stream(
+            csv_rows(gateway.db, filters),
+            media_type="text/csv; charset=utf-8",
+            headers={"content-disposition": 'attachment; filename="enclave-audit.csv"'},
+        )
+
+    @get("/{seq:int}")
+    async def get_record(self, db: AsyncSession, seq: int) -> RecordDetail:
+        """One record with its bodies (when the department keeps them) and its prev_hash."""
+        record = await db.get(RequestRecord, seq)
+        if record is None:
+            raise NotFoundError("no such audit record")
+        return to_detail(record)

@@ -1,0 +1,119 @@
+"""Searching the log: filters from query parameters, newest first, keyset pages by seq.
+
+Every parameter arrives as text and is parsed here, so that a bad value is a 400 that
+names the parameter (a ValueError, see gateway.errors) rather than a generic one.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Select, select
+
+from gateway.db.models import RequestRecord
+from gateway.domain.audit.entry import to_utc
+
+_PLUS_AS_SPACE = re.compile(r"(T[\d:.]+) (\d{2}:?\d{2})$")
+MAX_PAGE_SIZE = 500
+DEFAULT_PAGE_SIZE = 100
+
+
+@dataclass(frozen=True, slots=True)
+class AuditFilter:
+    since: datetime | None = None
+    until: datetime | None = None
+    department_id: uuid.UUID | None = None
+    user_id: uuid.UUID | None = None
+    api_key_id: uuid.UUID | None = None
+    status: int | None = None
+    request_id: str | None = None
+
+    @classmethod
+    def parse(
+        cls,
+        since: str | None = None,
+        until: str | None = None,
+        department_id: str | None = None,
+        user_id: str | None = None,
+        api_key_id: str | None = None,
+        status: str | None = None,
+        request_id: str | None = None,
+    ) -> AuditFilter:
+        return cls(
+            since=_datetime("since", since),
+            until=_datetime("until", until),
+            department_id=_uuid("department_id", department_id),
+            user_id=_uuid("user_id", user_id),
+            api_key_id=_uuid("api_key_id", api_key_id),
+            status=_int("status", status, 100, 599),
+            request_id=request_id or None,
+        )
+
+    def apply(self, statement: Select[Any]) -> Select[Any]:
+        r = RequestRecord
+        conditions = [
+            (self.since, lambda v: r.created_at >= v),
+            (self.until, lambda v: r.created_at < v),
+            (self.department_id, lambda v: r.department_id == v),
+            (self.user_id, lambda v: r.user_id == v),
+            (self.api_key_id, lambda v: r.api_key_id == v),
+            (self.status, lambda v: r.status_code == v),
+            (self.request_id, lambda v: r.request_id == v),
+        ]
+        for value, condition in conditions:
+            if value is not None:
+                statement = statement.where(condition(value))
+        return statement
+
+
+def page_size(limit: str | None) -> int:
+    parsed = _int("limit", limit, 1, MAX_PAGE_SIZE)
+    return DEFAULT_PAGE_SIZE if parsed is None else parsed
+
+
+def cursor(after: str | None) -> int | None:
+    """A page's ``next_cursor`` is the seq of its last (oldest) record."""
+    return _int("after", after, 1, None)
+
+
+def newest_first(filters: AuditFilter, after: int | None, limit: int) -> Select[Any]:
+    statement = filters.apply(select(RequestRecord))
+    if after is not None:
+        statement = statement.where(RequestRecord.seq < after)
+    return statement.order_by(RequestRecord.seq.desc()).limit(limit)
+
+
+def _datetime(name: str, raw: str | None) -> datetime | None:
+    if not raw:
+        return None
+    try:
+        # An unescaped "+" in a query string arrives as a space: "...T09:00:00 01:00".
+        return to_utc(datetime.fromisoformat(_PLUS_AS_SPACE.sub(r"\1+\2", raw.strip())))
+    except ValueError:
+        raise ValueError(f"{name}: not an ISO 8601 date and time: {raw!r}") from None
+
+
+def _uuid(name: str, raw: str | None) -> uuid.UUID | None:
+    if not raw:
+        return None
+    try:
+        return uuid.UUID(raw)
+    except ValueError:
+        raise ValueError(f"{name}: not a UUID: {raw!r}") from None
+
+
+def _int(name: str, raw: str | None, low: int, high: int | None) -> int | None:
+    if raw is None or raw == "":
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{name}: not an integer: {raw!r}") from None
+    if value < low or (high is not None and value > high):
+        bound = f"between {low} and {high}" if high is not None else f"at least {low}"
+        raise ValueError(f"{name}: must be {bound}, got {value}")
+    return value

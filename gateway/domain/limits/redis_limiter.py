@@ -1,0 +1,147 @@
+"""The Redis limiter: exact limits shared by every gateway replica on one Redis.
+
+Each admission is one EVALSHA of :data:`lua.ADMIT`, each settlement one of
+:data:`lua.SETTLE`; see that module for the keys. When Redis cannot be reached the
+gateway fails closed (LimiterUnavailable, a 503) unless configured to fail open, and then
+it admits unenforced and says so in the log: it never counts per process instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Sequence
+
+import structlog
+from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from gateway.domain.limits import lua, periods
+from gateway.domain.limits.decision import WINDOW_S, Refusal, admitted, refused
+from gateway.domain.limits.headers import Window
+from gateway.domain.limits.memory import DEFAULT_LEASE_S
+from gateway.domain.limits.types import REASONS, LimiterUnavailable, Reservation, Scope
+
+log = structlog.get_logger("gateway.limits")
+
+UNREACHABLE = (RedisConnectionError, RedisTimeoutError, ConnectionError, TimeoutError)
+DEFAULT_PREFIX = "enclave:limits"
+
+
+class RedisLimiter:
+    def __init__(
+        self,
+        redis: Redis,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        fail_open: bool = False,
+        lease_s: float = DEFAULT_LEASE_S,
+        timeout_s: float = 2.0,
+    ) -> None:
+        self._redis = redis
+        self._prefix = prefix
+        self._fail_open = fail_open
+        self._lease_us = int(lease_s * periods.US_PER_S)
+        # A Redis that hangs must not hang every request: past this, it counts as down.
+        self._timeout_s = timeout_s
+        self._admit = redis.register_script(lua.ADMIT)
+        self._settle = redis.register_script(lua.SETTLE)
+
+    def _keys(self, scope: Scope, kinds: Sequence[str]) -> list[str]:
+        return [f"{self._prefix}:{scope.key}:{kind}" for kind in kinds]
+
+    async def admit(self, scopes: Sequence[Scope], tokens: int) -> Reservation:
+        tokens = max(0, tokens)
+        rid = uuid.uuid4().hex
+        if not scopes:
+            return Reservation(rid, (), tokens, {})
+        keys: list[str] = []
+        args: list[int | str] = [
+            rid,
+            str(tokens),
+            self._lease_us,
+            int(WINDOW_S * periods.US_PER_S),
+            lua.QUOTA_TTL_MS,
+        ]
+        for scope in scopes:
+            keys += self._keys(scope, ("rpm", "tpm", "tpmsum", "conc", "quota"))
+            limits = scope.limits
+            args += [
+                lua.NO_LIMIT if value is None else value
+                for value in (
+                    limits.requests_per_minute,
+                    limits.tokens_per_minute,
+                    limits.concurrent_requests,
+                    limits.tokens_per_day,
+                    limits.tokens_per_month,
+                )
+            ]
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                reply = await self._admit(keys=keys, args=args)
+        except UNREACHABLE as exc:
+            if not self._fail_open:
+                raise LimiterUnavailable(
+                    "rate limits cannot be checked: the limits store (Redis) is unreachable"
+                ) from exc
+            log.warning("limits_not_enforced", reason="redis unreachable", error=str(exc))
+            return Reservation(rid, tuple(scopes), tokens, {}, enforced=False)
+        return _conclude(rid, scopes, tokens, [int(v) for v in reply])
+
+    async def settle(self, reservation: Reservation, used_tokens: int) -> None:
+        if not reservation.enforced or not reservation.scopes:
+            return
+        keys = [f"{self._prefix}:settled:{reservation.id}"]
+        for scope in reservation.scopes:
+            keys += self._keys(scope, ("tpm", "tpmsum", "conc", "quota"))
+        at = reservation.admitted_at_us
+        args: list[int | str] = [
+            reservation.id,
+            str(reservation.tokens),
+            str(max(0, used_tokens)),
+            periods.day_of(at),
+            periods.month_of(at),
+            self._lease_us // 1000,
+        ]
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                await self._settle(keys=keys, args=args)
+        except UNREACHABLE as exc:
+            # The reservation stays counted and the slot's lease ends it: over-counting
+            # for a while is the safe side, and the response is already on its way.
+            log.warning("limits_settle_failed", reservation=reservation.id, error=str(exc))
+
+    async def close(self) -> None:
+        """The Redis client belongs to the gateway state, which closes it."""
+
+
+def _conclude(rid: str, scopes: Sequence[Scope], tokens: int, reply: list[int]) -> Reservation:
+    ok, now = reply[0] == 1, reply[1]
+    windows = []
+    for i in range(len(scopes)):
+        requests, requests_reset, in_tokens, tokens_reset = reply[4 + 4 * i : 8 + 4 * i]
+        windows.append(
+            Window(
+                requests,
+                requests_reset / periods.US_PER_S,
+                in_tokens,
+                tokens_reset / periods.US_PER_S,
+            )
+        )
+    if ok:
+        return admitted(rid, scopes, tokens, windows, now)
+    rest = reply[4 + 4 * len(scopes) :]
+    refusals = []
+    for j in range(0, len(rest), 4):
+        code, index, retry_us, never_fits = rest[j : j + 4]
+        reason = REASONS[code - 1]
+        if reason == "tokens_per_day":
+            retry = periods.seconds_to_next_day(now)
+        elif reason == "tokens_per_month":
+            retry = periods.seconds_to_next_month(now)
+        else:
+            retry = retry_us / periods.US_PER_S
+        limit = getattr(scopes[index].limits, reason)
+        refusals.append(Refusal(reason, index, limit, retry, never_fits == 1))
+    raise refused(refusals, scopes, tokens, windows)

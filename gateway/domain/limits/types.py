@@ -1,0 +1,108 @@
+"""The limiter's boundary objects: what the proxy passes in and what it gets back."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from typing import Literal, Protocol, get_args
+
+Reason = Literal[
+    "requests_per_minute",
+    "tokens_per_minute",
+    "concurrent_requests",
+    "tokens_per_day",
+    "tokens_per_month",
+]
+REASONS: tuple[Reason, ...] = get_args(Reason)
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """One scope's limits; None means unlimited, 0 admits nothing (the admin API wants >= 1).
+
+    Built from the database rows on every request, so an admin's change applies to the next.
+    """
+
+    requests_per_minute: int | None = None
+    tokens_per_minute: int | None = None
+    concurrent_requests: int | None = None
+    tokens_per_day: int | None = None
+    tokens_per_month: int | None = None
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is not None and value < 0:
+                raise ValueError(f"{f.name} must not be negative, got {value}")
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """Something that owns a share of the limits: a department or an API key."""
+
+    key: str  # "dept:<uuid>" or "key:<uuid>": names the counters, so it must be stable
+    limits: Limits
+    # For people: "department research", "key ci"; the key when empty.
+    label: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.label or self.key
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """An admitted request: hand it back to ``settle`` when the response ends."""
+
+    id: str
+    scopes: tuple[Scope, ...]
+    tokens: int  # reserved at admission
+    headers: dict[str, str]  # x-ratelimit-* for the response
+    enforced: bool = True  # False when admitted fail-open with the limiter's store down
+    # The store's clock at admission (microseconds since the epoch): settlement adjusts the
+    # day and month the tokens were reserved in, not the ones it happens to run in.
+    admitted_at_us: int = 0
+
+
+class LimitExceeded(Exception):
+    """A limit refused the request: the proxy answers 429 with these headers."""
+
+    def __init__(
+        self,
+        reason: Reason,
+        scope: str,
+        retry_after: float,
+        headers: dict[str, str],
+        message: str,
+    ) -> None:
+        super().__init__(message)
+        self.reason: Reason = reason
+        self.scope = scope
+        self.retry_after = retry_after
+        self.headers = headers
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class LimiterUnavailable(ConnectionError):
+    """The limits cannot be checked (Redis unreachable) and the gateway fails closed (503)."""
+
+
+class Limiter(Protocol):
+    async def admit(self, scopes: Sequence[Scope], tokens: int) -> Reservation:
+        """Check every limit of every scope; record the admission in all of them, or none.
+
+        Raises LimitExceeded when one refuses, LimiterUnavailable when the store is down.
+        """
+        ...
+
+    async def settle(self, reservation: Reservation, used_tokens: int) -> None:
+        """Replace the reserved tokens with those used and free the concurrency slot.
+
+        Idempotent; never raises for an unreachable store (it logs).
+        """
+        ...
+
+    async def close(self) -> None: ...

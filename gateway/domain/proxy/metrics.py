@@ -1,0 +1,79 @@
+"""The gateway's Prometheus metrics: one registry per app, served at /metrics."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from gateway.domain.proxy.sse import Usage
+
+if TYPE_CHECKING:
+    from gateway.domain.proxy.exchange import Exchange
+    from gateway.domain.workers.pool import WorkerPool
+
+PREFIX = "enclave_gateway"
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+
+
+class GatewayMetrics:
+    def __init__(self) -> None:
+        self.registry = reg = CollectorRegistry()
+        self.requests = Counter(
+            f"{PREFIX}_requests", "API requests by outcome.", ["endpoint", "status"], registry=reg
+        )
+        self.refusals = Counter(
+            f"{PREFIX}_refusals", "Requests refused or failed, by reason.", ["reason"], registry=reg
+        )
+        self.latency = Histogram(
+            f"{PREFIX}_request_duration_seconds",
+            "Time from the request to its last byte.",
+            ["endpoint"],
+            buckets=_LATENCY_BUCKETS,
+            registry=reg,
+        )
+        self.tokens = Counter(
+            f"{PREFIX}_tokens",
+            "Tokens by department and kind.",
+            ["department", "kind"],
+            registry=reg,
+        )
+        self.upstream_healthy = Gauge(
+            f"{PREFIX}_upstream_healthy",
+            "1 while a worker passes its checks.",
+            ["upstream"],
+            registry=reg,
+        )
+        self.upstream_in_flight = Gauge(
+            f"{PREFIX}_upstream_in_flight",
+            "Requests in flight per worker.",
+            ["upstream"],
+            registry=reg,
+        )
+        self.audit_pending = Gauge(
+            f"{PREFIX}_audit_pending", "Audit records not yet written.", registry=reg
+        )
+        self.audit_spooled = Gauge(
+            f"{PREFIX}_audit_spooled", "Audit records waiting in the spool file.", registry=reg
+        )
+
+    def observe(self, exchange: Exchange, status: int, usage: Usage | None, reason: str) -> None:
+        self.requests.labels(exchange.endpoint, str(status)).inc()
+        self.latency.labels(exchange.endpoint).observe(time.perf_counter() - exchange.started)
+        if reason:
+            self.refusals.labels(reason).inc()
+        if usage is not None:
+            department = exchange.principal.department
+            slug = department.slug if department else "none"
+            self.tokens.labels(slug, "prompt").inc(usage.prompt_tokens)
+            self.tokens.labels(slug, "cached").inc(usage.cached_tokens)
+            self.tokens.labels(slug, "completion").inc(usage.completion_tokens)
+
+    def render(self, pool: WorkerPool, audit_pending: int, audit_spooled: int) -> bytes:
+        for upstream in pool.upstreams:
+            self.upstream_healthy.labels(upstream.url).set(1 if upstream.healthy else 0)
+            self.upstream_in_flight.labels(upstream.url).set(upstream.in_flight)
+        self.audit_pending.set(audit_pending)
+        self.audit_spooled.set(audit_spooled)
+        return generate_latest(self.registry)

@@ -1,0 +1,88 @@
+"""What the proxy runs on: the worker pool, the limiter, the audit writer, one HTTP client.
+
+Built in `create_app`, started on startup (the first health check of every worker is
+awaited, so the models are known before the first request) and closed on shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import httpx
+import structlog
+from opentelemetry import trace
+
+from gateway.domain.audit.writer import AuditWriter
+from gateway.domain.limits.types import Limiter
+from gateway.domain.proxy.metrics import GatewayMetrics
+from gateway.domain.workers.pool import WorkerPool
+from gateway.domain.workers.supervisor import WorkerSupervisor
+from gateway.settings import Settings
+
+log = structlog.get_logger("gateway.workers")
+
+
+@dataclass(slots=True)
+class Traffic:
+    settings: Settings
+    pool: WorkerPool
+    limiter: Limiter
+    audit: AuditWriter
+    client: httpx.AsyncClient
+    metrics: GatewayMetrics
+    tracer: trace.Tracer
+    worker_token: str
+    # The embedded default's own worker, started before the pool's first check.
+    supervisor: WorkerSupervisor | None = None
+    _starting: asyncio.Task[None] | None = None
+
+    @classmethod
+    def build(
+        cls,
+        settings: Settings,
+        pool: WorkerPool,
+        limiter: Limiter,
+        audit: AuditWriter,
+        tracer: trace.Tracer,
+        worker_token: str,
+        supervisor: WorkerSupervisor | None = None,
+    ) -> Traffic:
+        timeout = httpx.Timeout(settings.upstream_timeout_seconds, connect=5.0)
+        limits = httpx.Limits(max_connections=1000, max_keepalive_connections=200)
+        client = httpx.AsyncClient(timeout=timeout, limits=limits)
+        return cls(
+            settings,
+            pool,
+            limiter,
+            audit,
+            client,
+            GatewayMetrics(),
+            tracer,
+            worker_token,
+            supervisor,
+        )
+
+    async def start(self) -> None:
+        """Start checking workers. The embedded worker starts in the background: the gateway
+        serves sign-in and the console at once, and the API answers 503 until it is ready."""
+        if self.supervisor is not None:
+            self._starting = asyncio.create_task(self._start_worker(self.supervisor))
+        await self.pool.start()
+
+    async def _start_worker(self, supervisor: WorkerSupervisor) -> None:
+        try:
+            await supervisor.start()
+        except Exception as exc:
+            log.error("the embedded worker did not start", error=str(exc))
+            return
+        await self.pool.check_all()  # in at once, not at the next interval
+
+    async def close(self) -> None:
+        if self._starting is not None:
+            self._starting.cancel()
+        await self.pool.close()
+        await self.client.aclose()
+        await self.limiter.close()
+        if self.supervisor is not None:
+            await self.supervisor.close()

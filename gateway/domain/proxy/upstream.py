@@ -1,0 +1,157 @@
+"""Forwarding one request to a worker: a whole answer, or a stream passed through."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import httpx
+import msgspec
+from litestar.types import Receive, Send
+
+from gateway.domain.proxy.asgi_io import (
+    ClientGone,
+    encode_headers,
+    send_bytes,
+    unless_client_leaves,
+    until_disconnect,
+)
+from gateway.domain.proxy.body import ApiRequest
+from gateway.domain.proxy.exchange import Exchange
+from gateway.domain.proxy.openai_errors import ApiError, error_body, error_event
+from gateway.domain.proxy.sse import StreamTap, Usage
+
+PATHS = {"chat.completions": "/v1/chat/completions", "completions": "/v1/completions"}
+_DONE = b"data: [DONE]\n\n"
+
+
+def upstream_error(exc: httpx.HTTPError, url: str) -> ApiError:
+    """A failed call to a worker, as the client should hear it."""
+    if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
+        return ApiError(
+            503, f"the worker {url} is unreachable; try again", reason="upstream_unreachable"
+        )
+    if isinstance(exc, httpx.TimeoutException):
+        return ApiError(504, f"the worker {url} did not answer in time", reason="upstream_timeout")
+    return ApiError(502, f"the worker {url} failed: {exc!r}", reason="upstream_error")
+
+
+def client_status(worker_status: int) -> int:
+    """Worker refusals (4xx, 503 busy) pass through; its other failures are the gateway's 502."""
+    return worker_status if worker_status < 500 or worker_status == 503 else 502
+
+
+async def forward_unary(
+    exchange: Exchange,
+    request: ApiRequest,
+    upstream_request: httpx.Request,
+    receive: Receive,
+    send: Send,
+    headers: dict[str, str],
+) -> None:
+    client = exchange.traffic.client
+    response = await unless_client_leaves(client.send(upstream_request), receive)
+    body = response.content
+    status = client_status(response.status_code)
+    usage = None
+    if response.status_code == 200:
+        with contextlib.suppress(msgspec.DecodeError):
+            decoded = msgspec.json.decode(body)
+            usage = Usage.of(decoded.get("usage")) if isinstance(decoded, dict) else None
+    elif status == 502:
+        body = error_body(
+            502, f"the worker failed with {response.status_code}: {response.text[:500]}"
+        )
+    if "retry-after" in response.headers:
+        headers = {**headers, "retry-after": response.headers["retry-after"]}
+    await send_bytes(send, status, body, headers, "application/json")
+    reason = "" if status == 200 else ("upstream_rejected" if status < 500 else "upstream_error")
+    error = "" if status == 200 else body.decode("utf-8", "replace")
+    kept = body.decode("utf-8", "replace") if exchange.keeps_bodies else None
+    await exchange.finish(status, usage, reason=reason, error=error, response_body=kept)
+
+
+async def forward_stream(
+    exchange: Exchange,
+    request: ApiRequest,
+    upstream_request: httpx.Request,
+    receive: Receive,
+    send: Send,
+    headers: dict[str, str],
+) -> None:
+    client = exchange.traffic.client
+    response = await unless_client_leaves(client.send(upstream_request, stream=True), receive)
+    try:
+        if response.status_code != 200:
+            await response.aread()
+            status = client_status(response.status_code)
+            body = response.content if status != 502 else error_body(502, "the worker failed")
+            await send_bytes(send, status, body, headers, "application/json")
+            reason = "upstream_rejected" if status < 500 else "upstream_error"
+            await exchange.finish(status, reason=reason, error=body.decode("utf-8", "replace"))
+            return
+        tap = StreamTap(request.client_wants_usage, capture=exchange.keeps_bodies)
+        start = [
+            (b"content-type", b"text/event-stream"),
+            (b"cache-control", b"no-cache"),
+            *encode_headers(headers),
+        ]
+        await send({"type": "http.response.start", "status": 200, "headers": start})
+        pump = asyncio.ensure_future(_pump(response, tap, send))
+        watcher = asyncio.ensure_future(until_disconnect(receive))
+        try:
+            await asyncio.wait({pump, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watcher.cancel()
+        if not pump.done() or isinstance(pump.exception(), ClientGone):
+            pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await pump
+            await _finish_stream(exchange, tap, 499, "client_disconnected", "")
+            return
+        status, reason, error = pump.result()
+        await _finish_stream(exchange, tap, status, reason, error)
+    finally:
+        await response.aclose()
+
+
+async def _pump(response: httpx.Response, tap: StreamTap, send: Send) -> tuple[int, str, str]:
+    """Forward events until [DONE]; a break becomes an error event, then [DONE]."""
+    failure: ApiError | None = None
+    try:
+        async for data in response.aiter_raw():
+            out = tap.feed(data)
+            if out:
+                try:
+                    await send({"type": "http.response.body", "body": out, "more_body": True})
+                except Exception as exc:  # the server could not write: the client is gone
+                    raise ClientGone from exc
+    except httpx.HTTPError as exc:
+        failure = upstream_error(exc, str(response.request.url.copy_with(path="/")))
+    if failure is None and not tap.done:
+        failure = ApiError(502, "the worker ended the stream early", reason="upstream_broke")
+    if failure is not None:
+        reason = "upstream_broke" if failure.status == 502 else failure.reason
+        message = f"the stream broke: {failure.message}"
+        tail = error_event(failure.status, message, "upstream_broke") + _DONE
+        await send({"type": "http.response.body", "body": tail, "more_body": False})
+        return failure.status, reason, message
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+    if tap.error:
+        return 500, "upstream_error", tap.error
+    return 200, "", ""
+
+
+async def _finish_stream(
+    exchange: Exchange, tap: StreamTap, status: int, reason: str, error: str
+) -> None:
+    text = "".join(tap.text) if tap.capture else None
+    await exchange.finish(
+        status,
+        tap.usage,
+        reason=reason,
+        error=error,
+        first_token_at=tap.first_token_at,
+        response_body=text,
+        completion_chunks=tap.chunks,
+    )

@@ -1,0 +1,81 @@
+"""Redis down: fail closed by default, fail open only when configured, never count locally."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator
+
+import pytest
+from redis.asyncio import Redis
+from structlog.testing import capture_logs
+
+from gateway.domain.limits import build_limiter
+from gateway.domain.limits.memory import InProcessLimiter
+from gateway.domain.limits.redis_limiter import RedisLimiter
+from gateway.domain.limits.types import LimiterUnavailable, Limits, Reservation, Scope
+from gateway.settings import Settings
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+SCOPE = Scope("dept:down", Limits(requests_per_minute=1))
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture
+async def down() -> AsyncIterator[Redis]:
+    client = Redis.from_url(f"redis://127.0.0.1:{closed_port()}/0")
+    yield client
+    await client.aclose()
+
+
+async def test_fails_closed_by_default(down: Redis) -> None:
+    limiter = RedisLimiter(down)
+    with pytest.raises(LimiterUnavailable, match="unreachable") as caught:
+        await limiter.admit([SCOPE], 10)
+    assert isinstance(caught.value, ConnectionError)  # the gateway's 503 handler
+
+
+async def test_fails_open_when_configured_and_enforces_nothing(down: Redis) -> None:
+    limiter = RedisLimiter(down, fail_open=True)
+    with capture_logs() as logs:
+        for _ in range(3):  # a limit of 1 would refuse the second, were anything counted
+            reservation = await limiter.admit([SCOPE], 10)
+            assert not reservation.enforced and reservation.headers == {}
+            await limiter.settle(reservation, 5)
+    warned = [e for e in logs if e["event"] == "limits_not_enforced"]
+    assert len(warned) == 3 and warned[0]["log_level"] == "warning"
+
+
+async def test_settling_with_redis_down_does_not_raise(down: Redis) -> None:
+    reservation = Reservation("r1", (SCOPE,), 10, {}, admitted_at_us=1)
+    await RedisLimiter(down).settle(reservation, 5)
+
+
+async def test_a_redis_that_hangs_counts_as_down() -> None:
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()  # accepts, never answers
+        writer.close()
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    client = Redis.from_url(f"redis://127.0.0.1:{port}/0")
+    try:
+        with pytest.raises(LimiterUnavailable):
+            await RedisLimiter(client, timeout_s=0.3).admit([SCOPE], 1)
+    finally:
+        await client.aclose()
+        server.close()
+
+
+async def test_build_limiter_picks_by_redis_and_reads_fail_open(down: Redis) -> None:
+    assert isinstance(build_limiter(Settings(), None), InProcessLimiter)
+    with pytest.raises(LimiterUnavailable):
+        await build_limiter(Settings(), down).admit([SCOPE], 1)
+    reservation = await build_limiter(Settings(limits_fail_open=True), down).admit([SCOPE], 1)
+    assert not reservation.enforced
