@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from msgspec import UNSET, UnsetType
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from gateway.config_generation import bump_for
 from gateway.db import migrate
 from gateway.db.engine import create_engine, session_factory
 from gateway.domain.departments.schemas import DepartmentCreate, DepartmentRead, DepartmentUpdate
@@ -31,6 +32,8 @@ async def transaction(settings: Settings) -> AsyncIterator[AsyncSession]:
             yield db
     finally:
         await engine.dispose()
+    # Committed: a running gateway reads keys and departments afresh on its next request.
+    await bump_for(settings.redis_url, settings.data_dir)
 
 
 def migrate_database(settings: Settings) -> None:

@@ -7,7 +7,7 @@ from collections.abc import AsyncGenerator
 from litestar import Request
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gateway.domain.identity.guards import principal_of
+from gateway.domain.identity.guards import SAFE_METHODS, principal_of
 from gateway.domain.identity.principal import Principal
 from gateway.state import GatewayState
 
@@ -18,9 +18,16 @@ def provide_state(request: Request) -> GatewayState:
 
 
 async def provide_db(request: Request) -> AsyncGenerator[AsyncSession, None]:
-    """One transaction per request: committed when the handler returns, rolled back if it raises."""
-    async with provide_state(request).db.begin() as db:
+    """One transaction per request: committed when the handler returns, rolled back if it raises.
+
+    A write under /api/admin moves the config generation once it has committed, so cached
+    key and department lookups are read afresh by the next request (on every replica).
+    """
+    state = provide_state(request)
+    async with state.db.begin() as db:
         yield db
+    if request.method not in SAFE_METHODS and request.url.path.startswith("/api/admin/"):
+        await state.generation.bump()
 
 
 def provide_principal(request: Request) -> Principal:

@@ -10,6 +10,7 @@ from argon2 import PasswordHasher
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from gateway.config_generation import ConfigGeneration
 from gateway.db.engine import create_engine, session_factory
 from gateway.domain.audit.retention import retention_loop
 from gateway.domain.audit.writer import AuditWriter
@@ -38,7 +39,11 @@ class GatewayState:
     redis: Redis | None = None
     oidc: OidcClient | None = None
     key_snapshots: KeySnapshots = field(default_factory=KeySnapshots)
+    generation: ConfigGeneration = field(init=False)
     retention: asyncio.Task[None] | None = None  # the audit retention job, when configured
+
+    def __post_init__(self) -> None:
+        self.generation = ConfigGeneration(self.redis, self.settings.data_dir)
 
     @classmethod
     def build(cls, settings: Settings) -> GatewayState:

@@ -40,22 +40,24 @@ def _usage_chunk(completion: int) -> bytes:
 
 
 class FakeUpstream:
-    def __init__(self, chunks: int = 16, delay: float = 0.0) -> None:
+    def __init__(self, chunks: int = 16, delay: float = 0.0, interval: float = 0.0) -> None:
         self.chunks = chunks
         self.delay = delay  # seconds before each completion is answered
+        self.interval = interval  # seconds between a stream's events (0: all at once)
         self.completions = 0  # completion requests received
         # Tests hold completions open until they set this (a threading.Event: any thread).
         self.release: threading.Event | None = None
         body = (
             b"".join(_chunk(i) for i in range(chunks)) + _usage_chunk(chunks) + b"data: [DONE]\n\n"
         )
-        self._stream = (
+        self._stream_head = (
             b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
             b"transfer-encoding: chunked\r\n\r\n"
-            + f"{len(body):x}\r\n".encode()
-            + body
-            + b"\r\n0\r\n\r\n"
         )
+        self._stream = self._stream_head + _frame(body) + b"0\r\n\r\n"
+        events = [_chunk(i) for i in range(chunks)]
+        events[-1] += _usage_chunk(chunks) + b"data: [DONE]\n\n"
+        self._frames = [_frame(event) for event in events]
         unary = json.dumps(
             {
                 "id": "chatcmpl-bench",
@@ -111,7 +113,17 @@ class FakeUpstream:
                         await asyncio.sleep(self.delay)
                     while self.release is not None and not self.release.is_set():
                         await asyncio.sleep(0.01)
-                    writer.write(self._stream if b'"stream":true' in body else self._unary)
+                    if not json.loads(body or b"{}").get("stream"):
+                        writer.write(self._unary)
+                    elif not self.interval:
+                        writer.write(self._stream)
+                    else:  # paced like a model generating tokens
+                        writer.write(self._stream_head)
+                        for frame in self._frames:
+                            await asyncio.sleep(self.interval)
+                            writer.write(frame)
+                            await writer.drain()
+                        writer.write(b"0\r\n\r\n")
                 elif path.startswith(b"/v1/models"):
                     writer.write(self._models)
                 else:
@@ -121,6 +133,11 @@ class FakeUpstream:
             pass
         finally:
             writer.close()
+
+
+def _frame(data: bytes) -> bytes:
+    """One HTTP/1.1 chunk."""
+    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
 
 
 def _response(media_type: bytes, body: bytes) -> bytes:

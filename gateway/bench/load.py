@@ -15,18 +15,22 @@ from dataclasses import dataclass, field
 @dataclass
 class LoadResult:
     latencies: list[float] = field(default_factory=list)  # seconds, request to last byte
-    first_bytes: list[float] = field(default_factory=list)  # seconds, request to first body byte
+    first_bytes: list[float] = field(default_factory=list)  # seconds, request to first event
     statuses: dict[int, int] = field(default_factory=dict)
     elapsed: float = 0.0
 
 
 async def run_load(
-    host: str, port: int, request: bytes, *, concurrency: int, total: int
+    host: str, port: int, request: bytes, *, concurrency: int, total: int, stagger: float = 0.0
 ) -> LoadResult:
+    """``concurrency`` connections send ``total`` requests between them. With ``stagger``,
+    connection i starts ``stagger * i / concurrency`` seconds late, so that streams of about
+    that length are spread out in time, as users' are, instead of starting in lockstep."""
     result = LoadResult()
     remaining = [total]
 
-    async def connection() -> None:
+    async def connection(i: int) -> None:
+        await asyncio.sleep(stagger * i / concurrency)
         reader, writer = await asyncio.open_connection(host, port)
         try:
             while remaining[0] > 0:
@@ -42,7 +46,7 @@ async def run_load(
             writer.close()
 
     started = time.perf_counter()
-    await asyncio.gather(*(connection() for _ in range(concurrency)))
+    await asyncio.gather(*(connection(i) for i in range(concurrency)))
     result.elapsed = time.perf_counter() - started
     return result
 
@@ -64,9 +68,13 @@ async def _read_response(reader: asyncio.StreamReader, started: float) -> tuple[
     status = int(head.split(b" ", 2)[1])
     lowered = head.lower()
     if b"transfer-encoding: chunked" in lowered:
+        chunk = 0
         while True:
             size = int((await reader.readuntil(b"\r\n")).strip(), 16)
             await reader.readexactly(size + 2)
+            if chunk == 0:  # the first event of a stream: what a user waits for
+                first = time.perf_counter() - started
+            chunk += 1
             if size == 0:
                 break
     else:

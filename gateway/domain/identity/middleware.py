@@ -60,6 +60,10 @@ async def _key_principal(state: GatewayState, credential: str) -> Principal:
     if not tokens.looks_like_key(credential):
         return Principal()
     digest = tokens.hash_key(state.secret_key, credential)
+    generation = await state.generation.current()
+    reused = state.key_snapshots.fresh(digest, generation)
+    if reused is not None:
+        return Principal(api_key=reused[0], department=reused[1])
     try:
         async with state.db.begin() as db:
             key = await KeyService(db, state.secret_key).authenticate(credential)
@@ -72,7 +76,7 @@ async def _key_principal(state: GatewayState, credential: str) -> Principal:
             raise ConnectionError("the database cannot be reached; try again shortly") from exc
         log.warning("database down: API key from its last good lookup", error=repr(exc))
         return Principal(api_key=snapshot[0], department=snapshot[1])
-    state.key_snapshots.put(digest, key, department)
+    state.key_snapshots.put(digest, key, department, generation)
     return Principal(api_key=key, department=department)
 
 

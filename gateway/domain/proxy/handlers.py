@@ -9,7 +9,6 @@ from __future__ import annotations
 import hmac
 import time
 
-import httpx
 import msgspec
 import structlog
 from litestar import asgi
@@ -25,7 +24,15 @@ from gateway.domain.proxy.body import ApiRequest, parse
 from gateway.domain.proxy.exchange import Exchange
 from gateway.domain.proxy.openai_errors import ApiError
 from gateway.domain.proxy.traffic import Traffic
-from gateway.domain.proxy.upstream import PATHS, forward_stream, forward_unary, upstream_error
+from gateway.domain.proxy.upstream import (
+    CALL_ERRORS,
+    CONNECT_ERRORS,
+    PATHS,
+    Call,
+    forward_stream,
+    forward_unary,
+    upstream_error,
+)
 from gateway.domain.workers.pool import NoUpstream, Upstream
 from gateway.tracing import incoming_context, traceparent_of
 
@@ -131,22 +138,19 @@ async def _forward(
                 "upstream", kind=trace.SpanKind.CLIENT, attributes={"server.address": upstream.url}
             ) as child,
         ):
-            upstream_request = traffic.client.build_request(
-                "POST",
-                upstream.url + PATHS[request.endpoint],
-                content=body,
-                headers=_upstream_headers(exchange, child),
+            call = Call(
+                upstream.url + PATHS[request.endpoint], body, _upstream_headers(exchange, child)
             )
             forward = forward_stream if request.stream else forward_unary
             try:
-                await forward(exchange, request, upstream_request, receive, send, reply_headers)
+                await forward(exchange, request, call, receive, send, reply_headers)
                 return
-            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            except CONNECT_ERRORS as exc:
                 traffic.pool.mark_failed(upstream, repr(exc))
                 if attempt == 2:
                     raise upstream_error(exc, upstream.url) from None
                 upstream = pick(traffic, request)  # NoUpstream -> the ApiError of pick
-            except httpx.HTTPError as exc:
+            except CALL_ERRORS as exc:
                 raise upstream_error(exc, upstream.url) from None
 
 

@@ -7,14 +7,14 @@ awaited, so the models are known before the first request) and closed on shutdow
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-import httpx
 import structlog
 from opentelemetry import trace
 
 from gateway.domain.audit.writer import AuditWriter
 from gateway.domain.limits.types import Limiter
+from gateway.domain.proxy.http1 import Http1Pool
 from gateway.domain.proxy.metrics import GatewayMetrics
 from gateway.domain.workers.pool import WorkerPool
 from gateway.domain.workers.supervisor import WorkerSupervisor
@@ -29,13 +29,19 @@ class Traffic:
     pool: WorkerPool
     limiter: Limiter
     audit: AuditWriter
-    client: httpx.AsyncClient
     metrics: GatewayMetrics
     tracer: trace.Tracer
     worker_token: str
     # The embedded default's own worker, started before the pool's first check.
     supervisor: WorkerSupervisor | None = None
     _starting: asyncio.Task[None] | None = None
+    # Our own HTTP/1.1 client for the calls to workers (see http1.py for why).
+    http: Http1Pool = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.http = Http1Pool(
+            connect_timeout=5.0, read_timeout=float(self.settings.upstream_timeout_seconds)
+        )
 
     @classmethod
     def build(
@@ -48,15 +54,11 @@ class Traffic:
         worker_token: str,
         supervisor: WorkerSupervisor | None = None,
     ) -> Traffic:
-        timeout = httpx.Timeout(settings.upstream_timeout_seconds, connect=5.0)
-        limits = httpx.Limits(max_connections=1000, max_keepalive_connections=200)
-        client = httpx.AsyncClient(timeout=timeout, limits=limits)
         return cls(
             settings,
             pool,
             limiter,
             audit,
-            client,
             GatewayMetrics(),
             tracer,
             worker_token,
@@ -82,7 +84,7 @@ class Traffic:
         if self._starting is not None:
             self._starting.cancel()
         await self.pool.close()
-        await self.client.aclose()
+        await self.http.close()
         await self.limiter.close()
         if self.supervisor is not None:
             await self.supervisor.close()

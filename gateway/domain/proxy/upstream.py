@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from dataclasses import dataclass
 
-import httpx
 import msgspec
 from litestar.types import Receive, Send
 
@@ -18,6 +18,12 @@ from gateway.domain.proxy.asgi_io import (
 )
 from gateway.domain.proxy.body import ApiRequest
 from gateway.domain.proxy.exchange import Exchange
+from gateway.domain.proxy.http1 import (
+    ConnectFailed,
+    Response,
+    UpstreamError,
+    UpstreamTimeout,
+)
 from gateway.domain.proxy.openai_errors import ApiError, error_body, error_event
 from gateway.domain.proxy.sse import StreamTap, Usage
 
@@ -25,13 +31,27 @@ PATHS = {"chat.completions": "/v1/chat/completions", "completions": "/v1/complet
 _DONE = b"data: [DONE]\n\n"
 
 
-def upstream_error(exc: httpx.HTTPError, url: str) -> ApiError:
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One POST to a worker."""
+
+    url: str
+    body: bytes
+    headers: dict[str, str]
+
+
+# A worker that cannot be reached at all never saw the request: safe to try another.
+CONNECT_ERRORS = (ConnectFailed,)
+CALL_ERRORS = (UpstreamError,)
+
+
+def upstream_error(exc: BaseException, url: str) -> ApiError:
     """A failed call to a worker, as the client should hear it."""
-    if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
+    if isinstance(exc, CONNECT_ERRORS):
         return ApiError(
             503, f"the worker {url} is unreachable; try again", reason="upstream_unreachable"
         )
-    if isinstance(exc, httpx.TimeoutException):
+    if isinstance(exc, UpstreamTimeout):
         return ApiError(504, f"the worker {url} did not answer in time", reason="upstream_timeout")
     return ApiError(502, f"the worker {url} failed: {exc!r}", reason="upstream_error")
 
@@ -44,24 +64,25 @@ def client_status(worker_status: int) -> int:
 async def forward_unary(
     exchange: Exchange,
     request: ApiRequest,
-    upstream_request: httpx.Request,
+    call: Call,
     receive: Receive,
     send: Send,
     headers: dict[str, str],
 ) -> None:
-    client = exchange.traffic.client
-    response = await unless_client_leaves(client.send(upstream_request), receive)
-    body = response.content
-    status = client_status(response.status_code)
+    response = await unless_client_leaves(_post(exchange, call), receive)
+    try:
+        body = await unless_client_leaves(response.read(), receive)
+    finally:
+        response.release()
+    status = client_status(response.status)
     usage = None
-    if response.status_code == 200:
+    if response.status == 200:
         with contextlib.suppress(msgspec.DecodeError):
             decoded = msgspec.json.decode(body)
             usage = Usage.of(decoded.get("usage")) if isinstance(decoded, dict) else None
     elif status == 502:
-        body = error_body(
-            502, f"the worker failed with {response.status_code}: {response.text[:500]}"
-        )
+        text = body[:500].decode("utf-8", "replace")
+        body = error_body(502, f"the worker failed with {response.status}: {text}")
     if "retry-after" in response.headers:
         headers = {**headers, "retry-after": response.headers["retry-after"]}
     await send_bytes(send, status, body, headers, "application/json")
@@ -74,20 +95,21 @@ async def forward_unary(
 async def forward_stream(
     exchange: Exchange,
     request: ApiRequest,
-    upstream_request: httpx.Request,
+    call: Call,
     receive: Receive,
     send: Send,
     headers: dict[str, str],
 ) -> None:
-    client = exchange.traffic.client
-    response = await unless_client_leaves(client.send(upstream_request, stream=True), receive)
+    response = await unless_client_leaves(_post(exchange, call), receive)
+    complete = False
     try:
-        if response.status_code != 200:
-            await response.aread()
-            status = client_status(response.status_code)
-            body = response.content if status != 502 else error_body(502, "the worker failed")
+        if response.status != 200:
+            body = await unless_client_leaves(response.read(), receive)
+            status = client_status(response.status)
+            body = body if status != 502 else error_body(502, "the worker failed")
             await send_bytes(send, status, body, headers, "application/json")
             reason = "upstream_rejected" if status < 500 else "upstream_error"
+            complete = True
             await exchange.finish(status, reason=reason, error=body.decode("utf-8", "replace"))
             return
         tap = StreamTap(request.client_wants_usage, capture=exchange.keeps_bodies)
@@ -97,7 +119,7 @@ async def forward_stream(
             *encode_headers(headers),
         ]
         await send({"type": "http.response.start", "status": 200, "headers": start})
-        pump = asyncio.ensure_future(_pump(response, tap, send))
+        pump = asyncio.ensure_future(_pump(response, call.url, tap, send))
         watcher = asyncio.ensure_future(until_disconnect(receive))
         try:
             await asyncio.wait({pump, watcher}, return_when=asyncio.FIRST_COMPLETED)
@@ -105,29 +127,37 @@ async def forward_stream(
             watcher.cancel()
         if not pump.done() or isinstance(pump.exception(), ClientGone):
             pump.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            with contextlib.suppress(asyncio.CancelledError, ClientGone):
                 await pump
             await _finish_stream(exchange, tap, 499, "client_disconnected", "")
             return
         status, reason, error = pump.result()
+        complete = tap.done
         await _finish_stream(exchange, tap, status, reason, error)
     finally:
-        await response.aclose()
+        if complete:
+            response.release()  # read to the end: the connection is kept for the next call
+        else:
+            response.close()  # mid-stream, this drops the connection: the worker cancels
 
 
-async def _pump(response: httpx.Response, tap: StreamTap, send: Send) -> tuple[int, str, str]:
+async def _post(exchange: Exchange, call: Call) -> Response:
+    return await exchange.traffic.http.post(call.url, call.body, call.headers)
+
+
+async def _pump(response: Response, url: str, tap: StreamTap, send: Send) -> tuple[int, str, str]:
     """Forward events until [DONE]; a break becomes an error event, then [DONE]."""
     failure: ApiError | None = None
     try:
-        async for data in response.aiter_raw():
+        async for data in response.chunks():
             out = tap.feed(data)
             if out:
                 try:
                     await send({"type": "http.response.body", "body": out, "more_body": True})
                 except Exception as exc:  # the server could not write: the client is gone
                     raise ClientGone from exc
-    except httpx.HTTPError as exc:
-        failure = upstream_error(exc, str(response.request.url.copy_with(path="/")))
+    except CALL_ERRORS as exc:
+        failure = upstream_error(exc, url)
     if failure is None and not tap.done:
         failure = ApiError(502, "the worker ended the stream early", reason="upstream_broke")
     if failure is not None:

@@ -97,3 +97,32 @@ def test_client_disconnect_cancels_the_upstream_request(gateway: RunningGateway)
     assert records[-1]["status_code"] == 499
     assert records[-1]["reason"] == "client_disconnected"
     assert records[-1]["completion_tokens"] < 200
+
+
+def test_a_quota_change_applies_to_the_next_request(gateway: RunningGateway) -> None:
+    key = gateway.department("quality", requests_per_minute=2)
+    client = gateway.client(key)
+    for _ in range(2):
+        client.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=1)
+    with pytest.raises(openai.RateLimitError) as refused:
+        client.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=1)
+    assert int(refused.value.response.headers["retry-after"]) >= 1
+    assert refused.value.response.headers["x-ratelimit-limit-requests"] == "2"
+    admin = httpx.Client(base_url=gateway.url)
+    csrf = admin.post(
+        "/auth/local/login", json={"email": "root@example.test", "password": gateway.admin_password}
+    ).json()["csrf_token"]
+    department = next(
+        d for d in admin.get("/api/admin/departments/").json()["items"] if d["slug"] == "quality"
+    )
+    raised = admin.patch(
+        f"/api/admin/departments/{department['id']}",
+        json={"requests_per_minute": 3},
+        headers={"x-csrf-token": csrf},
+    )
+    assert raised.status_code == 200, raised.text
+    client.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=1)  # at once
+    revoked = admin.get("/api/admin/keys/").json()["items"][0]["id"]
+    admin.post(f"/api/admin/keys/{revoked}/revoke", headers={"x-csrf-token": csrf})
+    with pytest.raises(openai.AuthenticationError):
+        client.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=1)
