@@ -45,6 +45,7 @@ class FakeUpstream:
         self.delay = delay  # seconds before each completion is answered
         self.interval = interval  # seconds between a stream's events (0: all at once)
         self.completions = 0  # completion requests received
+        self.last_head = b""  # the last completion request's head (tests read its headers)
         # Tests hold completions open until they set this (a threading.Event: any thread).
         self.release: threading.Event | None = None
         body = (
@@ -109,6 +110,7 @@ class FakeUpstream:
                 path = head.split(b" ", 2)[1]
                 if path.startswith(b"/v1/chat/completions"):
                     self.completions += 1
+                    self.last_head = head
                     if self.delay:
                         await asyncio.sleep(self.delay)
                     while self.release is not None and not self.release.is_set():

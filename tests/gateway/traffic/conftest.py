@@ -92,7 +92,7 @@ async def set_limits(settings: Settings, slug: str, **limits: Any) -> None:
 
 @contextlib.contextmanager
 def running_gateway(
-    tmp_path: Path, workers: list[str], **overrides: Any
+    tmp_path: Path, workers: list[str], app_options: dict[str, Any] | None = None, **overrides: Any
 ) -> Iterator[RunningGateway]:
     settings = Settings(
         data_dir=tmp_path,
@@ -103,7 +103,7 @@ def running_gateway(
     )
     admin_tasks.migrate_database(settings)
     password = asyncio.run(admin_tasks.create_admin(settings, "root@example.test"))
-    with serving(create_app(settings)) as url:
+    with serving(create_app(settings, **(app_options or {}))) as url:
         yield RunningGateway(url, settings, password)
 
 
