@@ -20,12 +20,24 @@ class LLM:
 
     ``LLM(model="dir-or-file.gguf", dtype="auto", enable_prefix_caching=True,
     block_size=16, max_num_seqs=..., max_num_batched_tokens=..., max_model_len=...,
-    kv_cache_memory_bytes=...)``: every keyword is a field of :class:`EngineConfig`.
+    kv_cache_memory_bytes=..., quantization="fp8", kv_cache_dtype="fp8",
+    tensor_parallel_size=N)``: every keyword is a field of :class:`EngineConfig`. With
+    tensor parallelism, `close` (or leaving a ``with LLM(...)`` block) stops the other ranks;
+    they are stopped at exit otherwise.
     """
 
     def __init__(self, model: str, **kwargs: Any) -> None:
         self.engine = LLMEngine(EngineConfig(model=str(model), **kwargs))
         self._ids = itertools.count()
+
+    def close(self) -> None:
+        self.engine.close()
+
+    def __enter__(self) -> LLM:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     @property
     def tokenizer(self) -> Tokenizer:

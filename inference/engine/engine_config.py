@@ -6,6 +6,9 @@ from dataclasses import dataclass
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda")
+QUANTIZATIONS = ("fp8",)
+KV_CACHE_DTYPES = ("auto", "fp8")
+ATTENTION_BACKENDS = ("auto", "torch", "triton")
 
 
 @dataclass(frozen=True, slots=True)
@@ -14,6 +17,13 @@ class EngineConfig:
 
     ``kv_cache_memory_bytes`` sizes the KV pool directly; otherwise the pool takes
     ``kv_cache_memory_fraction`` of the device memory that is free once weights are loaded.
+    ``quantization="fp8"`` keeps the decoder's linear weights in float8_e4m3fn (a checkpoint
+    already in FP8 loads as FP8 regardless); ``kv_cache_dtype="fp8"`` stores K and V in
+    e4m3, twice the tokens in the same bytes ("auto": the model dtype).
+    ``attention_backend="auto"`` runs the Triton kernels on CUDA and the torch path
+    elsewhere; ``enforce_eager`` turns off CUDA graphs for decode steps.
+    ``tensor_parallel_size=N`` splits heads and MLP over N processes (rank 0 is this one;
+    see inference/parallel/), each with its own KV pool: the KV budget is per rank.
     """
 
     model: str
@@ -27,6 +37,11 @@ class EngineConfig:
     max_model_len: int | None = None  # default: the model's max_position_embeddings
     kv_cache_memory_bytes: int | None = None
     kv_cache_memory_fraction: float | None = None  # default: 0.9 on CUDA, 0.1 on CPU
+    quantization: str | None = None
+    kv_cache_dtype: str = "auto"
+    attention_backend: str = "auto"
+    enforce_eager: bool = False
+    tensor_parallel_size: int = 1
     seed: int = 0
     progress: bool = True
 
@@ -35,8 +50,27 @@ class EngineConfig:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if self.device not in DEVICES:
             raise ValueError(f"device must be one of {', '.join(DEVICES)}, got {self.device!r}")
+        if self.quantization is not None and self.quantization not in QUANTIZATIONS:
+            raise ValueError(
+                f"quantization must be None or one of {', '.join(QUANTIZATIONS)}, "
+                f"got {self.quantization!r}"
+            )
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise ValueError(
+                f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}, "
+                f"got {self.kv_cache_dtype!r}"
+            )
+        if self.attention_backend not in ATTENTION_BACKENDS:
+            raise ValueError(
+                f"attention_backend must be one of {', '.join(ATTENTION_BACKENDS)}, "
+                f"got {self.attention_backend!r}"
+            )
         if self.block_size not in (8, 16, 32, 64, 128):
             raise ValueError(f"block_size must be 8, 16, 32, 64 or 128, got {self.block_size}")
+        if self.tensor_parallel_size < 1:
+            raise ValueError(
+                f"tensor_parallel_size must be at least 1, got {self.tensor_parallel_size}"
+            )
         if self.max_num_seqs < 1:
             raise ValueError(f"max_num_seqs must be at least 1, got {self.max_num_seqs}")
         for name in ("max_num_batched_tokens", "max_model_len", "kv_cache_memory_bytes"):

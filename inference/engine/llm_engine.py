@@ -16,9 +16,11 @@ from inference.engine.malloc_tuning import keep_freed_memory_for_reuse
 from inference.engine.model_runner import ModelRunner
 from inference.engine.request_state import RequestState, SampleState, new_request_state
 from inference.engine.scheduler import Scheduler
-from inference.model.loader import load_model, num_kv_cache_bytes_per_token
+from inference.kernels.kv_cache import FP8_KV_DTYPE
+from inference.model.loader import checkpoint_kv_scales, load_model, num_kv_cache_bytes_per_token
 from inference.model.loader.gguf import read_gguf
 from inference.outputs import RequestOutput
+from inference.parallel.group import TensorParallelGroup
 from inference.sampling.params import SamplingParams
 from inference.sampling.sampler import Sampler, make_generator, token_logprobs
 from inference.text.tokenizer import Tokenizer
@@ -28,20 +30,34 @@ log = logging.getLogger("inference.engine")
 
 class LLMEngine:
     def __init__(self, config: EngineConfig) -> None:
+        self.tp: TensorParallelGroup | None = None
+        try:
+            self._start(config)
+        except BaseException:
+            self.close()  # no tensor-parallel rank outlives a failed start
+            raise
+
+    def _start(self, config: EngineConfig) -> None:
         self.config = config
         self.device = _pick_device(config.device)
         if self.device.type == "cpu":
             keep_freed_memory_for_reuse()
         # A GGUF file is opened once: its metadata gives the tokenizer, its tensors the model.
         gguf = read_gguf(config.model) if config.model.endswith(".gguf") else None
-        self.model, self.arch = load_model(
-            config.model,
-            dtype=config.dtype,
-            device=self.device,
-            progress=config.progress,
-            gguf=gguf,
-        )
-        self.dtype = next(self.model.parameters()).dtype
+        if config.tensor_parallel_size > 1:
+            self.tp = TensorParallelGroup.start(config, self.device, gguf)
+            self.model, self.arch = self.tp.loaded_model()
+        else:
+            self.model, self.arch = load_model(
+                config.model,
+                dtype=config.dtype,
+                device=self.device,
+                progress=config.progress,
+                gguf=gguf,
+                quantization=config.quantization,
+            )
+        self.dtype = self.model.dtype
+        self.kv_dtype = FP8_KV_DTYPE if config.kv_cache_dtype == "fp8" else self.dtype
         if gguf is not None and config.tokenizer is None:
             self.tokenizer = Tokenizer.from_parts(
                 gguf.tokenizer, gguf.tokenizer_config, gguf.generation_config
@@ -70,21 +86,33 @@ class LLMEngine:
         )
         self.runner = ModelRunner(
             self.model,
-            self.arch,
+            self.arch if self.tp is None else self.tp.local_arch(),
             num_blocks=num_blocks,
             block_size=config.block_size,
-            kv_dtype=self.dtype,
+            kv_dtype=self.kv_dtype,
             device=self.device,
+            kv_scales=checkpoint_kv_scales(self.model) if config.kv_cache_dtype == "fp8" else None,
+            attention_backend=config.attention_backend,
+            enforce_eager=config.enforce_eager or self.tp is not None,  # no graphs over ranks
+            max_num_seqs=config.max_num_seqs,
+            max_model_len=self.max_model_len,
         )
+        if self.tp is not None:
+            self.tp.allocate_kv_cache(num_blocks, self.max_model_len)
+            self.runner.broadcast_step = self.tp.broadcast
         self.sampler = Sampler(self.arch.vocab_size)
         self._requests: dict[str, RequestState] = {}
         self._samples: dict[int, SampleState] = {}
         log.info(
-            "KV cache: %d blocks of %d tokens = %d tokens (%s, %s)",
+            "KV cache: %d blocks of %d tokens = %d tokens (kv %s, %d bytes/token; "
+            "weights %s%s; %s)",
             num_blocks,
             config.block_size,
             num_blocks * config.block_size,
-            self.dtype,
+            str(self.kv_dtype).removeprefix("torch."),
+            self.kv_bytes_per_token,
+            str(self.dtype).removeprefix("torch."),
+            " with fp8 linears" if self.model_is_fp8 else "",
             self.device,
         )
 
@@ -94,7 +122,18 @@ class LLMEngine:
 
     @property
     def kv_bytes_per_token(self) -> int:
-        return num_kv_cache_bytes_per_token(self.arch, self.dtype)
+        """On one rank: with tensor parallelism each holds 1/N of the KV heads."""
+        per_token = num_kv_cache_bytes_per_token(self.arch, self.kv_dtype)
+        return per_token // self.config.tensor_parallel_size
+
+    def close(self) -> None:
+        """Stop the tensor-parallel ranks, if any; a one-process engine holds nothing to stop."""
+        if self.tp is not None:
+            self.tp.close()
+
+    @property
+    def model_is_fp8(self) -> bool:
+        return any(p.dtype == torch.float8_e4m3fn for p in self.model.parameters())
 
     def _num_kv_blocks(self) -> int:
         per_token = self.kv_bytes_per_token

@@ -9,7 +9,8 @@ Sequences with one new token (decodes) are attended together: one gather through
 block tables and one masked SDPA. Longer chunks (prefills) are attended one sequence at a
 time, with SDPA's own GQA and, when nothing precedes the chunk, its causal kernel. A
 Triton kernel must match `TorchAttentionBackend` and can replace it behind
-`AttentionBackend`.
+`AttentionBackend`. FP8 pools follow the convention in `kv_cache.py`: the key scale folds
+into the softmax scale and the value scale into the output, so reads cost one upcast.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Protocol
 import torch
 import torch.nn.functional as F
 
-KVCache = tuple[torch.Tensor, torch.Tensor]
+from inference.kernels.kv_cache import KVCache, kv_scales, to_cache_dtype
 
 
 @dataclass
@@ -97,19 +98,17 @@ class TorchAttentionBackend:
     ) -> None:
         """Store key/value (T, Hkv, D) at their flat cache slots."""
         key_cache, value_cache = cache
-        num_kv_heads, head_dim = key_cache.shape[2], key_cache.shape[3]
-        key_cache.view(-1, num_kv_heads, head_dim).index_copy_(
-            0, slot_mapping, key.to(key_cache.dtype)
-        )
-        value_cache.view(-1, num_kv_heads, head_dim).index_copy_(
-            0, slot_mapping, value.to(value_cache.dtype)
-        )
+        k_scale, v_scale = kv_scales(cache)
+        _store(key_cache, slot_mapping, to_cache_dtype(key, key_cache.dtype, k_scale))
+        _store(value_cache, slot_mapping, to_cache_dtype(value, value_cache.dtype, v_scale))
 
     def forward(
         self, query: torch.Tensor, cache: KVCache, meta: AttentionMetadata, scale: float
     ) -> torch.Tensor:
         """query (T, Hq, D) -> attention output (T, Hq, D) over each sequence's context."""
         key_cache, value_cache = cache
+        k_scale, v_scale = kv_scales(cache)
+        scale = scale * k_scale  # q . (k_scale k) = k_scale (q . k)
         num_kv_heads, head_dim = key_cache.shape[2], key_cache.shape[3]
         num_heads = query.shape[1]
         if num_heads % num_kv_heads:
@@ -124,6 +123,8 @@ class TorchAttentionBackend:
             k = _gather_blocks(key_cache, blocks, query.dtype).transpose(1, 2)
             v = _gather_blocks(value_cache, blocks, query.dtype).transpose(1, 2)
             o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+            if v_scale != 1.0:
+                o = o * v_scale
             out.index_copy_(0, rows, o.reshape(-1, num_heads, head_dim))
         for i in meta.prefill_seqs:
             start, end = meta.query_start_loc[i], meta.query_start_loc[i + 1]
@@ -143,8 +144,18 @@ class TorchAttentionBackend:
                 o = F.scaled_dot_product_attention(
                     q, k, v, attn_mask=causal, scale=scale, enable_gqa=group > 1
                 )
+            if v_scale != 1.0:
+                o = o * v_scale
             out[start:end] = o[0].transpose(0, 1)
         return out
+
+
+def _store(pool: torch.Tensor, slots: torch.Tensor, values: torch.Tensor) -> None:
+    """values (T, Hkv, D), already in the pool's dtype, into flat slots of the pool."""
+    flat = pool.view(-1, *pool.shape[2:])
+    if pool.element_size() == 1:  # index_copy_ has no FP8 kernel on CPU: copy the bytes
+        flat, values = flat.view(torch.uint8), values.view(torch.uint8)
+    flat.index_copy_(0, slots, values)
 
 
 def _gather_blocks(cache: torch.Tensor, blocks: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

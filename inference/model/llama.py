@@ -176,6 +176,12 @@ class LlamaForCausalLM(nn.Module):
         normed: torch.Tensor = self.model.norm(hidden)
         return normed
 
+    def set_attention_backend(self, backend: AttentionBackend) -> None:
+        """Let every layer attend through ``backend`` (the engine picks it per device)."""
+        for module in self.modules():
+            if isinstance(module, LlamaAttention):
+                module.backend = backend
+
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """(N, hidden) -> (N, vocab) float32."""
         weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight

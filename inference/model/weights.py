@@ -8,6 +8,10 @@ import torch
 from torch import nn
 
 from inference.model.layers.linear import FusedLinear
+from inference.model.quant.fp8 import Fp8Linear
+
+# Layers whose rows are filled shard by shard through `load_shard`.
+SHARDED_LINEARS = (FusedLinear, Fp8Linear)
 
 # Checkpoint module name -> (our fused module name, shard index).
 FUSED_MODULES: dict[str, tuple[str, int]] = {
@@ -40,7 +44,7 @@ def _expected(model: nn.Module) -> dict[tuple[str, int], str]:
     for module_name, module in model.named_modules():
         for param_name, _ in module.named_parameters(recurse=False):
             full = f"{module_name}.{param_name}"
-            shards = module.num_shards if isinstance(module, FusedLinear) else 1
+            shards = module.num_shards if isinstance(module, SHARDED_LINEARS) else 1
             for shard in range(shards):
                 hf_name = full
                 for ours, by_shard in inverse.items():
@@ -68,7 +72,7 @@ def load_named_weights(
         module_name, _, param_name = target.rpartition(".")
         module = modules[module_name]
         with torch.no_grad():
-            if isinstance(module, FusedLinear):
+            if isinstance(module, SHARDED_LINEARS):
                 module.load_shard(param_name, shard, tensor, name)
             else:
                 param = getattr(module, param_name)

@@ -175,6 +175,10 @@ def create_app(
     async def shutdown(_app: Litestar) -> None:
         if worker.async_engine is not None:
             await asyncio.to_thread(worker.async_engine.close)
+            # Then the engine itself: a tensor-parallel one stops its other ranks here.
+            close_engine = getattr(worker.async_engine.engine, "close", None)
+            if close_engine is not None:
+                await asyncio.to_thread(close_engine)
 
     litestar = Litestar(
         route_handlers=[

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import logging
 import os
 import signal
@@ -33,8 +32,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--quantization", choices=["fp8"], help="needs an engine with FP8 support")
+    parser.add_argument("--quantization", choices=["fp8"], help="FP8 linear weights")
     parser.add_argument("--kv-cache-dtype", choices=["auto", "fp8"], default="auto")
+    parser.add_argument(
+        "--tensor-parallel-size", type=int, default=1, help="split the model over N processes"
+    )
     parser.add_argument("--max-model-len", type=int)
     parser.add_argument("--max-num-seqs", type=int, default=256)
     parser.add_argument("--max-num-batched-tokens", type=int)
@@ -49,8 +51,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def engine_config_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    from inference.engine.engine_config import EngineConfig
-
     kwargs: dict[str, Any] = {
         "model": args.model,
         "tokenizer": args.tokenizer,
@@ -62,19 +62,12 @@ def engine_config_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "max_num_batched_tokens": args.max_num_batched_tokens,
         "max_model_len": args.max_model_len,
         "kv_cache_memory_bytes": args.kv_cache_memory_bytes,
+        "quantization": args.quantization,
+        "kv_cache_dtype": args.kv_cache_dtype,
+        "tensor_parallel_size": args.tensor_parallel_size,
         "seed": args.seed,
         "progress": False,
     }
-    known = {f.name for f in dataclasses.fields(EngineConfig)}
-    # FP8 lands with its own issue; until EngineConfig has these fields, say so up front.
-    for name, value, unset in (
-        ("quantization", args.quantization, None),
-        ("kv_cache_dtype", args.kv_cache_dtype, "auto"),
-    ):
-        if value != unset:
-            if name not in known:
-                raise ValueError(f"--{name.replace('_', '-')} {value} is not supported yet")
-            kwargs[name] = value
     return kwargs
 
 

@@ -12,11 +12,16 @@ from tqdm import tqdm
 from inference.model.arch import ArchConfig
 from inference.model.llama import LlamaForCausalLM
 from inference.model.loader.hf import HFCheckpoint, checkpoint_dtype
+from inference.model.loader.safetensors import read_header
+from inference.model.quant import QUANTIZATIONS, quantize_model_fp8
+from inference.model.quant.checkpoint import Fp8Checkpoint, inspect_fp8_checkpoint
 from inference.model.registry import model_class_for
 
 if TYPE_CHECKING:
     from inference.model.loader.gguf import GGUFCheckpoint
 
+# Where load_model leaves an FP8 checkpoint's KV cache scales on the model.
+KV_SCALES_ATTRIBUTE = "fp8_kv_scales"
 DTYPE_NAMES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -51,11 +56,20 @@ def load_model(
     device: torch.device | str = "cpu",
     progress: bool = True,
     gguf: GGUFCheckpoint | None = None,
+    quantization: str | None = None,
 ) -> tuple[LlamaForCausalLM, ArchConfig]:
-    """Load a checkpoint. ``gguf``: an already opened GGUF file (its tensors unread)."""
+    """Load a checkpoint. ``gguf``: an already opened GGUF file (its tensors unread).
+
+    ``quantization="fp8"`` quantizes the decoder's linear layers once loaded. A checkpoint
+    already in FP8 loads as it is, whatever ``quantization`` says; its KV cache scales,
+    if any, are left on the model (see `checkpoint_kv_scales`).
+    """
+    if quantization is not None and quantization not in QUANTIZATIONS:
+        raise ValueError(f"unknown quantization {quantization!r}; use {', '.join(QUANTIZATIONS)}")
     path = Path(path)
     device = torch.device(device)
     tensors: Iterable[tuple[str, torch.Tensor]]
+    fp8: Fp8Checkpoint | None = None
     if gguf is not None or path.suffix == ".gguf":
         from inference.model.loader.gguf import read_gguf  # the GGUF reader is optional
 
@@ -64,10 +78,23 @@ def load_model(
     else:
         checkpoint = HFCheckpoint(path)
         hf_config, tensors, total = checkpoint.config, checkpoint.tensors(), checkpoint.num_tensors
+        headers = (
+            (name, str(info.get("dtype")))
+            for file in checkpoint.files
+            for name, info in read_header(file).items()
+        )
+        fp8 = inspect_fp8_checkpoint(hf_config, headers)
     config = ArchConfig.from_hf_config(hf_config)
     model_dtype = resolve_dtype(dtype, hf_config, device)
     model = model_class_for(config)(config, model_dtype, device)
+    if fp8 is not None:
+        fp8.prepare(model)
+        tensors = fp8.without_kv_scales(tensors)
     model.load_weights(_with_progress(tensors, total, path.name, progress))
+    if fp8 is not None:
+        setattr(model, KV_SCALES_ATTRIBUTE, fp8.layer_kv_scales(config.num_layers))
+    elif quantization == "fp8":
+        quantize_model_fp8(model)
     return model.eval(), config
 
 
@@ -81,10 +108,16 @@ def _with_progress(
             bar.update(1)
 
 
+def checkpoint_kv_scales(model: LlamaForCausalLM) -> list[tuple[float, float]] | None:
+    """Per-layer (k_scale, v_scale) an FP8 checkpoint supplied for an FP8 KV cache, if any."""
+    scales: list[tuple[float, float]] | None = getattr(model, KV_SCALES_ATTRIBUTE, None)
+    return scales
+
+
 def num_kv_cache_bytes_per_token(config: ArchConfig, kv_dtype: torch.dtype) -> int:
-    """Bytes of key plus value cache one token takes across all layers."""
+    """Bytes of key plus value cache one token takes across all layers (1 per value in FP8)."""
     element = torch.empty((), dtype=kv_dtype).element_size()
     return 2 * config.num_layers * config.num_kv_heads * config.head_dim * element
 
 
-__all__ = ["load_model", "num_kv_cache_bytes_per_token", "resolve_dtype"]
+__all__ = ["checkpoint_kv_scales", "load_model", "num_kv_cache_bytes_per_token", "resolve_dtype"]

@@ -1,0 +1,242 @@
+"""CUDA graphs for decode steps: one launch replays a whole forward pass.
+
+A decode step at a small batch is bound by kernel launches, not by the GPU: some ten
+kernels per layer, each a few microseconds of Python and driver work. A graph captured
+once per padded batch size replays them all in one call.
+
+- Sizes come from `graph_batch_sizes` (1, 2, 4, 8, ... up to max_num_seqs); a step of n
+  decodes runs in the smallest size >= n, the extra rows padded so that they write no KV
+  (slot -1) and attend to nothing (length 0).
+- Each size is captured lazily, the first time a step needs it, so start-up stays fast.
+- A graph reads fixed addresses, so the inputs live in static buffers that each step
+  overwrites; the attention backend is bound to a plan over those buffers, and the decode
+  kernel's splits are planned for the longest context a sequence may reach.
+- Only pure decode steps replay; anything else (prefill chunks, a batch larger than the
+  largest size) runs eagerly. A capture that fails turns graphs off with a warning.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from inference.kernels.attention import AttentionMetadata, KVCache
+from inference.model.llama import LlamaForCausalLM
+
+if TYPE_CHECKING:  # triton is imported only where graphs are used
+    from inference.kernels.attention import AttentionBackend
+    from inference.kernels.triton.backend import TritonAttentionBackend
+
+log = logging.getLogger("inference.engine")
+
+MAX_GRAPH_BATCH = 512
+
+
+def graph_batch_sizes(max_num_seqs: int, limit: int = MAX_GRAPH_BATCH) -> list[int]:
+    """Powers of two from 1 up to the first that holds min(max_num_seqs, limit) decodes."""
+    if max_num_seqs < 1:
+        raise ValueError(f"max_num_seqs must be at least 1, got {max_num_seqs}")
+    largest = min(max_num_seqs, limit)
+    sizes = [1]
+    while sizes[-1] < largest:
+        sizes.append(sizes[-1] * 2)
+    return sizes
+
+
+def padded_batch_size(num_seqs: int, sizes: list[int]) -> int | None:
+    """The smallest graph size that holds ``num_seqs`` decodes; None when none does."""
+    return next((size for size in sizes if size >= num_seqs), None)
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeInputs:
+    """One pure decode step on the host: one token per sequence."""
+
+    input_ids: np.ndarray  # (n,) int64
+    positions: np.ndarray  # (n,) int64
+    slots: np.ndarray  # (n,) int64
+    seq_lens: np.ndarray  # (n,) int64: context length after this step
+    block_tables: np.ndarray  # (n, width) int64
+
+    @property
+    def num_seqs(self) -> int:
+        return int(self.input_ids.shape[0])
+
+
+NUM_ROW_FIELDS = 4  # input_ids, positions, slots, seq_lens
+
+
+def pad_decode_inputs(inputs: DecodeInputs, size: int, max_blocks: int) -> np.ndarray:
+    """Pack a step into the static buffers' host layout, padded to ``size`` rows.
+
+    Layout (int64): rows of [input_ids | positions | slots | seq_lens], each ``size`` long,
+    then ``size`` block-table rows of ``max_blocks``. Padding rows hold token 0 at position
+    0, slot -1 (the KV write skips it) and length 0 (attention reads nothing).
+    """
+    n = inputs.num_seqs
+    width = inputs.block_tables.shape[1]
+    if n > size:
+        raise ValueError(f"{n} decodes do not fit a graph of {size}")
+    if width > max_blocks:
+        raise ValueError(f"block tables of {width} blocks exceed the graphs' {max_blocks}")
+    rows = np.zeros((NUM_ROW_FIELDS, size), dtype=np.int64)
+    rows[2, :] = -1
+    for field, values in enumerate(
+        (inputs.input_ids, inputs.positions, inputs.slots, inputs.seq_lens)
+    ):
+        rows[field, :n] = values
+    tables = np.zeros((size, max_blocks), dtype=np.int64)
+    tables[:n, :width] = inputs.block_tables
+    return np.concatenate([rows.reshape(-1), tables.reshape(-1)])
+
+
+def make_decode_graphs(
+    model: LlamaForCausalLM,
+    kv_caches: list[KVCache],
+    backend: AttentionBackend,
+    *,
+    enforce_eager: bool,
+    max_num_seqs: int,
+    max_model_len: int | None,
+    block_size: int,
+    device: torch.device,
+) -> DecodeGraphRunner | None:
+    """Graphs where they can work: CUDA, the Triton backend, not ``enforce_eager``."""
+    if enforce_eager or device.type != "cuda" or max_model_len is None:
+        return None
+    from inference.kernels.triton.backend import TritonAttentionBackend
+
+    if not isinstance(backend, TritonAttentionBackend):  # the torch path is not capturable
+        return None
+    return DecodeGraphRunner(
+        model,
+        kv_caches,
+        backend,
+        max_num_seqs=max_num_seqs,
+        max_model_len=max_model_len,
+        block_size=block_size,
+        device=device,
+    )
+
+
+class DecodeGraphRunner:
+    """Captures and replays decode forwards for a model on CUDA with the Triton backend."""
+
+    def __init__(
+        self,
+        model: LlamaForCausalLM,
+        kv_caches: list[KVCache],
+        backend: TritonAttentionBackend,
+        *,
+        max_num_seqs: int,
+        max_model_len: int,
+        block_size: int,
+        device: torch.device,
+    ) -> None:
+        if device.type != "cuda":
+            raise ValueError("CUDA graphs need a CUDA device")
+        self.model = model
+        self.kv_caches = kv_caches
+        self.backend = backend
+        self.block_size = block_size
+        self.device = device
+        self.sizes = graph_batch_sizes(max_num_seqs)
+        self.max_blocks = -(-max_model_len // block_size)
+        self.enabled = True
+        self._graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        self._pool = torch.cuda.graph_pool_handle()  # one memory pool for every size
+        self._buffers: dict[int, torch.Tensor] = {}  # size -> its inputs, packed
+        self._arange: torch.Tensor | None = None
+
+    def can_run(self, num_seqs: int, width: int) -> bool:
+        """Whether a pure decode step of ``num_seqs`` with ``width``-block tables replays."""
+        return self.enabled and num_seqs <= self.sizes[-1] and width <= self.max_blocks
+
+    @property
+    def num_captured(self) -> int:
+        return len(self._graphs)
+
+    def run(self, inputs: DecodeInputs) -> torch.Tensor | None:
+        """Final hidden states (n, hidden) of the step, or None to run it eagerly."""
+        size = padded_batch_size(inputs.num_seqs, self.sizes)
+        if size is None or not self.enabled:
+            return None
+        self._stage(inputs, size)
+        entry = self._graphs.get(size)
+        if entry is None:
+            entry = self._capture(size)
+            if entry is None:
+                return None
+        graph, hidden = entry
+        graph.replay()
+        return hidden[: inputs.num_seqs]
+
+    def _stage(self, inputs: DecodeInputs, size: int) -> None:
+        """Copy the step into this size's static buffer: one host-to-device copy."""
+        packed = torch.from_numpy(pad_decode_inputs(inputs, size, self.max_blocks))
+        buffer = self._buffers.get(size)
+        if buffer is None:
+            buffer = self._buffers[size] = torch.empty_like(packed, device=self.device)
+        buffer.copy_(packed)
+
+    def _views(self, size: int) -> tuple[torch.Tensor, ...]:
+        buffer = self._buffers[size]
+        rows = buffer[: NUM_ROW_FIELDS * size].view(NUM_ROW_FIELDS, size)
+        tables = buffer[NUM_ROW_FIELDS * size :].view(size, self.max_blocks)
+        return rows[0], rows[1], rows[2], rows[3], tables
+
+    def _static_metadata(self, size: int) -> AttentionMetadata:
+        from inference.kernels.triton.backend import StepPlan
+
+        _, _, slots, seq_lens, tables = self._views(size)
+        if self._arange is None or self._arange.shape[0] < size + 1:
+            self._arange = torch.arange(self.sizes[-1] + 1, dtype=torch.int32, device=self.device)
+        meta = AttentionMetadata(
+            slot_mapping=slots,
+            query_start_loc=list(range(size + 1)),
+            seq_lens=[self.max_blocks * self.block_size] * size,  # host-side bound only
+            block_tables=tables,
+            block_size=self.block_size,
+            decode_seqs=list(range(size)),
+        )
+        plan = StepPlan(
+            seq_lens=seq_lens,
+            query_start_loc=self._arange[: size + 1],
+            decode_seq_idx=self._arange[:size],
+            decode_rows=self._arange[:size],
+            max_decode_len=self.max_blocks * self.block_size,
+            prefill_seq_idx=self._arange[:0],
+            max_query_len=0,
+        )
+        self.backend.bind(meta, plan)
+        return meta
+
+    def _capture(self, size: int) -> tuple[torch.cuda.CUDAGraph, torch.Tensor] | None:
+        input_ids, positions, *_ = self._views(size)
+        meta = self._static_metadata(size)
+        try:
+            # Warm up on a side stream first: Triton compiles and cuBLAS picks its kernels
+            # outside the capture. These runs compute this very step (same buffers), so the
+            # KV they write is what the replay writes again.
+            stream = torch.cuda.Stream(self.device)
+            stream.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(stream):
+                for _ in range(2):
+                    self.model(input_ids, positions, self.kv_caches, meta)
+            torch.cuda.current_stream(self.device).wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self._pool):
+                hidden = self.model(input_ids, positions, self.kv_caches, meta)
+        except Exception:  # a model that cannot be captured still runs, eagerly
+            log.warning(
+                "CUDA graph capture failed at batch %d; decoding eagerly", size, exc_info=True
+            )
+            self.enabled = False
+            return None
+        self._graphs[size] = (graph, hidden)
+        log.info("captured a CUDA graph for decode batch %d", size)
+        return graph, hidden

@@ -1,0 +1,267 @@
+"""FP8 weights: a drop-in linear layer holding float8_e4m3fn weights and per-channel scales.
+
+A weight row r is stored as ``q[r] = w[r] / scale[r]`` in e4m3 (scale = row amax / 448),
+so the matmul is ``y = (x @ q.T) * scale (+ bias)``: the scale applies to the output,
+never to the weight, which stays 1 byte per parameter in memory.
+
+- CPU (and CUDA before compute capability 8.9): the weight is upcast to the activation
+  dtype on the fly, one layer at a time.
+- CUDA 8.9+: ``torch._scaled_mm`` on FP8 tensor cores, with each token's activations
+  quantized to e4m3 under its own scale (dynamic, per token) or under the checkpoint's
+  static ``input_scale``. Any failure there falls back to the dequantizing path for good.
+
+`quantize_model_fp8` swaps every `FusedLinear` of a loaded model for an `Fp8Linear`, the
+shape of gpt-fast's weight-only int8 handler.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Collection
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from inference.model.layers.linear import FusedLinear
+
+log = logging.getLogger("inference.model.quant")
+
+FP8_DTYPE = torch.float8_e4m3fn
+FP8_MAX = float(torch.finfo(FP8_DTYPE).max)  # 448
+# Smallest scale used: an all-zero row would otherwise divide by zero.
+MIN_SCALE = 1e-12
+SCALED_MM_CAPABILITY = (8, 9)
+# Modules kept in the model dtype: the tied or untied output projection.
+DEFAULT_SKIP = ("lm_head",)
+
+
+def quantize_weight_fp8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out, in) weight -> (e4m3 weight (out, in), float32 per-row scale (out,))."""
+    if weight.dim() != 2:
+        raise ValueError(f"expected a 2-D weight, got shape {tuple(weight.shape)}")
+    w = weight.float()
+    scale = (w.abs().amax(dim=1) / FP8_MAX).clamp(min=MIN_SCALE)
+    q = (w / scale[:, None]).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
+    return q, scale
+
+
+def dequantize_weight_fp8(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The inverse of `quantize_weight_fp8`, in `dtype` (for tests and debugging)."""
+    return (q.float() * scale.float()[:, None]).to(dtype)
+
+
+class Fp8Linear(nn.Module):
+    """A `FusedLinear` whose weight is e4m3 with a float32 scale per output row.
+
+    Same shard layout (``shard_sizes``, ``shard_rows``, ``load_shard``) as FusedLinear, so
+    the weight loader and the callers that split q|k|v or gate|up need no change. Loading
+    a pre-quantized checkpoint fills ``weight`` (e4m3), ``weight_scale`` (a per-tensor
+    scalar spread over the shard's rows, or per-channel) and, where the checkpoint has
+    static activation scales, ``input_scale`` (one scalar: the largest of the shards').
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        shard_sizes: list[int],
+        *,
+        bias: bool,
+        dtype: torch.dtype,
+        device: torch.device | str,
+        input_scale: bool = False,
+    ) -> None:
+        super().__init__()
+        if in_features <= 0:
+            raise ValueError(f"in_features must be positive, got {in_features}")
+        if not shard_sizes or min(shard_sizes) <= 0:
+            raise ValueError(f"shard sizes must be positive, got {shard_sizes}")
+        if dtype not in (torch.float32, torch.bfloat16, torch.float16):
+            raise ValueError(f"activation dtype must be float32, bfloat16 or float16, got {dtype}")
+        device = torch.device(device)
+        self.in_features = in_features
+        self.shard_sizes = list(shard_sizes)
+        self.dtype = dtype
+        out = sum(shard_sizes)
+        self.weight = nn.Parameter(
+            torch.empty(out, in_features, dtype=FP8_DTYPE, device=device), requires_grad=False
+        )
+        self.weight_scale = nn.Parameter(
+            torch.ones(out, dtype=torch.float32, device=device), requires_grad=False
+        )
+        self.input_scale = (
+            nn.Parameter(torch.zeros((), dtype=torch.float32, device=device), requires_grad=False)
+            if input_scale
+            else None
+        )
+        self.bias = (
+            nn.Parameter(torch.empty(out, dtype=dtype, device=device), requires_grad=False)
+            if bias
+            else None
+        )
+        self._use_scaled_mm = _scaled_mm_supported(device, in_features, out)
+
+    @classmethod
+    def from_linear(cls, linear: FusedLinear) -> Fp8Linear:
+        """Quantize a loaded FusedLinear (or Linear) into a new Fp8Linear on its device."""
+        weight = linear.weight.data
+        layer = cls(
+            linear.in_features,
+            linear.shard_sizes,
+            bias=linear.bias is not None,
+            dtype=weight.dtype,
+            device=weight.device,
+        )
+        q, scale = quantize_weight_fp8(weight)
+        layer.weight.data.copy_(q)
+        layer.weight_scale.data.copy_(scale)
+        if linear.bias is not None and layer.bias is not None:
+            layer.bias.data.copy_(linear.bias.data)
+        return layer
+
+    @property
+    def out_features(self) -> int:
+        return sum(self.shard_sizes)
+
+    @property
+    def num_shards(self) -> int:
+        return len(self.shard_sizes)
+
+    def shard_rows(self, shard: int) -> slice:
+        start = sum(self.shard_sizes[:shard])
+        return slice(start, start + self.shard_sizes[shard])
+
+    def load_shard(self, param_name: str, shard: int, tensor: torch.Tensor, name: str) -> None:
+        """Copy checkpoint tensor `name` into shard `shard` of one of the layer's tensors."""
+        rows = self.shard_rows(shard)
+        size = self.shard_sizes[shard]
+        if param_name == "weight":
+            target = self.weight.data[rows]
+            if tensor.dtype != FP8_DTYPE:
+                raise ValueError(f"tensor {name} is {tensor.dtype}; an FP8 layer needs e4m3")
+            _check_shape(tensor, target.shape, name)
+            target.copy_(tensor)
+        elif param_name == "weight_scale":
+            scale = tensor.float()
+            if scale.numel() == 1:  # per-tensor: every row of the shard shares it
+                scale = scale.reshape(1).expand(size)
+            elif tuple(scale.shape) in ((size,), (size, 1)):  # per-channel
+                scale = scale.reshape(size)
+            else:
+                raise ValueError(
+                    f"tensor {name} has shape {tuple(tensor.shape)}; expected a scalar, "
+                    f"({size},) or ({size}, 1)"
+                )
+            if not bool((scale > 0).all()):
+                raise ValueError(f"tensor {name} holds a scale that is not positive")
+            self.weight_scale.data[rows] = scale
+        elif param_name == "input_scale" and self.input_scale is not None:
+            if tensor.numel() != 1:
+                raise ValueError(f"tensor {name} must be a scalar, got {tuple(tensor.shape)}")
+            # Fused shards share one activation: the largest scale covers them all.
+            current = self.input_scale.data
+            current.copy_(torch.maximum(current, tensor.float().reshape(())))
+        elif param_name == "bias" and self.bias is not None:
+            target = self.bias.data[rows]
+            _check_shape(tensor, target.shape, name)
+            target.copy_(tensor)
+        else:
+            raise ValueError(f"unexpected tensor {name}: the layer has no {param_name}")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (T, in) -> (T, sum(shards))
+        if self._use_scaled_mm and x.is_cuda:
+            try:
+                return self._forward_scaled_mm(x)
+            except RuntimeError as err:  # an unsupported shape, dtype or GPU: never again
+                log.warning("torch._scaled_mm failed (%s); dequantizing from now on", err)
+                self._use_scaled_mm = False
+        return self._forward_dequant(x)
+
+    def _forward_dequant(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.linear(x, self.weight.to(x.dtype)) * self.weight_scale.to(x.dtype)
+        return y if self.bias is None else y + self.bias
+
+    def _forward_scaled_mm(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        x2 = x.reshape(-1, shape[-1])
+        if self.input_scale is not None:  # static: one scale for every token
+            x_scale = self.input_scale.reshape(1, 1).expand(x2.shape[0], 1).contiguous()
+        else:  # dynamic: each token under its own scale
+            x_scale = (x2.abs().amax(dim=1, keepdim=True).float() / FP8_MAX).clamp(min=MIN_SCALE)
+        xq = (x2.float() / x_scale).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
+        y = torch._scaled_mm(
+            xq,
+            self.weight.t(),  # (in, out), column-major as _scaled_mm wants it
+            scale_a=x_scale,
+            scale_b=self.weight_scale.reshape(1, -1),
+            out_dtype=x.dtype,
+        )
+        if self.bias is not None:
+            y = y + self.bias
+        return y.reshape(*shape[:-1], -1)
+
+    def extra_repr(self) -> str:
+        return (
+            f"in_features={self.in_features}, shard_sizes={self.shard_sizes}, "
+            f"bias={self.bias is not None}, static_input_scale={self.input_scale is not None}"
+        )
+
+
+def _check_shape(tensor: torch.Tensor, shape: torch.Size, name: str) -> None:
+    if tuple(tensor.shape) != tuple(shape):
+        raise ValueError(f"tensor {name} has shape {tuple(tensor.shape)}, expected {tuple(shape)}")
+
+
+def _scaled_mm_supported(device: torch.device, in_features: int, out_features: int) -> bool:
+    """FP8 tensor cores: CUDA 8.9+, and both matrix dimensions multiples of 16."""
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return False
+    if in_features % 16 or out_features % 16:
+        return False
+    return torch.cuda.get_device_capability(device) >= SCALED_MM_CAPABILITY
+
+
+def quantize_model_fp8(model: nn.Module, *, skip: Collection[str] = DEFAULT_SKIP) -> int:
+    """Replace every FusedLinear in `model` by an Fp8Linear quantized from it, in place.
+
+    The tree is walked generically, so linears wrapped in other modules are found too;
+    each is swapped by attribute on its parent, which frees its weight in the model
+    dtype. Modules whose own name is in `skip` (the output projection) are kept, and so
+    is the embedding (it is no FusedLinear). Returns the number of layers replaced.
+    """
+    return replace_linears(
+        model,
+        lambda name: name.rpartition(".")[2] not in skip,
+        lambda _name, linear: Fp8Linear.from_linear(linear),
+    )
+
+
+def replace_linears(
+    model: nn.Module,
+    wanted: Callable[[str], bool],
+    make: Callable[[str, FusedLinear], nn.Module],
+) -> int:
+    """Swap each FusedLinear whose qualified name is `wanted` for ``make(name, it)``."""
+    # Collected first: the tree is not changed while it is walked.
+    targets = [
+        (parent, name, f"{parent_name}.{name}".lstrip("."), child)
+        for parent_name, parent in model.named_modules()
+        for name, child in parent.named_children()
+        if isinstance(child, FusedLinear)
+    ]
+    targets = [target for target in targets if wanted(target[2])]
+    for parent, name, full_name, child in targets:
+        setattr(parent, name, make(full_name, child))
+    return len(targets)
+
+
+def empty_fp8_like(linear: FusedLinear, *, input_scale: bool) -> Fp8Linear:
+    """An Fp8Linear of `linear`'s shape and device, to be filled by a pre-quantized checkpoint."""
+    return Fp8Linear(
+        linear.in_features,
+        linear.shard_sizes,
+        bias=linear.bias is not None,
+        dtype=linear.weight.dtype,
+        device=linear.weight.device,
+        input_scale=input_scale,
+    )
