@@ -3,39 +3,24 @@
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
-import sqlalchemy as sa
 from litestar.testing import TestClient
-from sqlalchemy.ext.asyncio import create_async_engine
 
 from gateway import admin_tasks
 from gateway.app import create_app
 from gateway.settings import Settings, SettingsError
 from tests.gateway.helpers import ADMIN_EMAIL, sign_in
-
-
-async def _admin_sql(url: str, statement: str) -> None:
-    engine = create_async_engine(url, isolation_level="AUTOCOMMIT")
-    try:
-        async with engine.connect() as connection:
-            await connection.execute(sa.text(statement))
-    finally:
-        await engine.dispose()
+from tests.gateway.postgres import fresh_postgres
 
 
 @pytest.fixture
 def fresh_database(database_url: str) -> Iterator[str]:
-    name = f"enclave_prod_{uuid.uuid4().hex[:10]}"
-    asyncio.run(_admin_sql(database_url, f'CREATE DATABASE "{name}"'))
-    try:
-        yield database_url.rsplit("/", 1)[0] + "/" + name
-    finally:
-        asyncio.run(_admin_sql(database_url, f'DROP DATABASE "{name}" WITH (FORCE)'))
+    with fresh_postgres(database_url, "enclave_prod") as url:
+        yield url
 
 
 def test_production_requires_its_secrets() -> None:

@@ -9,18 +9,18 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
-import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import create_async_engine
 
 from gateway.bench.fake_upstream import FakeUpstream
+from tests.gateway.postgres import fresh_postgres
 from tests.inference.server.conftest import free_port
+
+__all__ = ["Link", "fake_worker", "fresh_postgres", "gateway_process", "link_to"]
 
 
 @contextlib.contextmanager
@@ -45,26 +45,6 @@ def fake_worker(chunks: int = 4, delay: float = 0.0) -> Iterator[tuple[str, Fake
         asyncio.run_coroutine_threadsafe(upstream.close(), loop).result(10)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
-
-
-async def _admin_sql(url: str, statement: str) -> None:
-    engine = create_async_engine(url, isolation_level="AUTOCOMMIT")
-    try:
-        async with engine.connect() as connection:
-            await connection.execute(sa.text(statement))
-    finally:
-        await engine.dispose()
-
-
-@contextlib.contextmanager
-def fresh_postgres(database_url: str) -> Iterator[str]:
-    """A new, empty database on the test Postgres, dropped afterwards."""
-    name = f"enclave_traffic_{uuid.uuid4().hex[:10]}"
-    asyncio.run(_admin_sql(database_url, f'CREATE DATABASE "{name}"'))
-    try:
-        yield database_url.rsplit("/", 1)[0] + "/" + name
-    finally:
-        asyncio.run(_admin_sql(database_url, f'DROP DATABASE "{name}" WITH (FORCE)'))
 
 
 @contextlib.contextmanager
