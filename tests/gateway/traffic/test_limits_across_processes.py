@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -16,7 +17,7 @@ from gateway import admin_tasks
 from gateway.bench.fake_upstream import MODEL, FakeUpstream
 from gateway.domain.proxy.body import parse
 from gateway.settings import Settings
-from tests.gateway.traffic.conftest import set_limits
+from tests.gateway.traffic.conftest import read_records, set_limits
 from tests.gateway.traffic.processes import fake_worker, fresh_postgres, gateway_process
 
 SECRET = "t" * 40
@@ -49,11 +50,11 @@ def two_gateways(
             yield [a, b], settings, upstream
 
 
-def _department(settings: Settings, **limits: Any) -> str:
+def _department(settings: Settings, **limits: Any) -> tuple[str, str]:
     slug = f"dept-{uuid.uuid4().hex[:8]}"
     asyncio.run(admin_tasks.create_department(settings, slug, slug))
     asyncio.run(set_limits(settings, slug, **limits))
-    return str(asyncio.run(admin_tasks.create_key(settings, slug, "load", None, None)))
+    return slug, str(asyncio.run(admin_tasks.create_key(settings, slug, "load", None, None)))
 
 
 async def _burst(urls: list[str], key: str, count: int, upstream: FakeUpstream) -> Counter[int]:
@@ -79,11 +80,21 @@ async def _burst(urls: list[str], key: str, count: int, upstream: FakeUpstream) 
     return statuses
 
 
+def _wait_for_records(settings: Settings, slug: str, count: int) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        rows = asyncio.run(read_records(settings.database_url))
+        if sum(r["department_slug"] == slug for r in rows) >= count:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"fewer than {count} audit records for {slug}")
+
+
 def test_requests_per_minute_is_exact_across_two_processes(
     two_gateways: tuple[list[str], Settings, FakeUpstream],
 ) -> None:
     urls, settings, upstream = two_gateways
-    key = _department(settings, requests_per_minute=60)
+    _, key = _department(settings, requests_per_minute=60)
     statuses = asyncio.run(_burst(urls, key, 200, upstream))
     assert statuses == {200: 60, 429: 140}
 
@@ -96,11 +107,13 @@ def test_tokens_per_minute_reserves_then_settles(
         "chat.completions", httpx.Request("POST", "/", json=BODY).read()
     ).reserved_tokens(None)
     budget = reserved * 10 + reserved // 2  # room for exactly 10 reservations
-    key = _department(settings, tokens_per_minute=budget)
+    slug, key = _department(settings, tokens_per_minute=budget)
     first = asyncio.run(_burst(urls, key, 40, upstream))
     assert first == {200: 10, 429: 30}
     # Each settled to its real usage (12 prompt + 4 completion tokens, as the fake worker
     # reports), giving the rest of its reservation back to the minute's budget.
+    # Settlement runs just after a response's last byte; its audit record comes after it.
+    _wait_for_records(settings, slug, 40)
     left = budget - 10 * 16
     second = asyncio.run(_burst(urls, key, 40, upstream))
     assert second[200] == left // reserved

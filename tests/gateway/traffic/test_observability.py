@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import httpx
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client.parser import text_string_to_metric_families
@@ -24,6 +25,17 @@ def _sample(page: str, name: str, **labels: str) -> float:
             if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
                 return float(sample.value)
     return 0.0
+
+
+def _finished_spans(exporter: InMemorySpanExporter, *names: str) -> dict[str, ReadableSpan]:
+    """The spans by name, once all of ``names`` have ended (the server span ends after the
+    response is out: accounting runs after the last byte)."""
+    deadline = time.monotonic() + 10
+    while True:
+        spans = {span.name: span for span in exporter.get_finished_spans()}
+        if all(name in spans for name in names) or time.monotonic() > deadline:
+            return spans
+        time.sleep(0.02)
 
 
 def test_worker_headers_trace_and_metrics(tmp_path: Path) -> None:
@@ -52,7 +64,7 @@ def test_worker_headers_trace_and_metrics(tmp_path: Path) -> None:
         assert "x-request-id: trace-me-1" in head
         assert "x-enclave-tenant: quality" in head
         assert f"traceparent: 00-{CALLER_TRACE}-" in head  # the caller's trace, continued
-        spans = {span.name: span for span in exporter.get_finished_spans()}
+        spans = _finished_spans(exporter, "POST /v1/chat/completions", "upstream")
         server, child = spans["POST /v1/chat/completions"], spans["upstream"]
         assert format(server.context.trace_id, "032x") == CALLER_TRACE
         assert child.parent is not None and child.parent.span_id == server.context.span_id
@@ -60,7 +72,13 @@ def test_worker_headers_trace_and_metrics(tmp_path: Path) -> None:
 
         refused = httpx.get(f"{gateway.url}/v1/models", headers={"authorization": "Bearer x"})
         assert refused.status_code == 401  # a refusal, counted
-        page = httpx.get(f"{gateway.url}/metrics").text
+        deadline = time.monotonic() + 10  # a request is counted just after its last byte
+        while True:
+            page = httpx.get(f"{gateway.url}/metrics").text
+            counted = _sample(page, "enclave_gateway_refusals_total", reason="unauthenticated")
+            if counted or time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
         ok = _sample(
             page, "enclave_gateway_requests_total", endpoint="chat.completions", status="200"
         )
