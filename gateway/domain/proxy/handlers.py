@@ -23,6 +23,7 @@ from gateway.domain.proxy.asgi_io import ClientGone, read_body, send_bytes, send
 from gateway.domain.proxy.body import ApiRequest, parse
 from gateway.domain.proxy.exchange import Exchange
 from gateway.domain.proxy.openai_errors import ApiError
+from gateway.domain.proxy.sse import Usage
 from gateway.domain.proxy.traffic import Traffic
 from gateway.domain.proxy.upstream import (
     CALL_ERRORS,
@@ -107,7 +108,11 @@ async def serve_completion(scope: Scope, receive: Receive, send: Send, endpoint:
             if not exchange.finished:
                 if not response_started:
                     await send_error(send, _with_limits(error, exchange.reservation))
-                await exchange.finish(error.status, reason=error.reason, error=error.message)
+                # A worker that was never reached spent nothing: give the reservation back.
+                unspent = Usage() if error.reason == "upstream_unreachable" else None
+                await exchange.finish(
+                    error.status, unspent, reason=error.reason, error=error.message
+                )
         except ClientGone:
             await exchange.finish(499, reason="client_disconnected")
         except Exception as exc:
