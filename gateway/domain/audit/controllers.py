@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from litestar import Controller, get
+from litestar.di import Provide
 from litestar.params import FromQuery
 from litestar.response import Stream
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -21,27 +22,34 @@ from gateway.state import GatewayState
 Query = FromQuery[str | None]
 
 
+def provide_filters(
+    since: Query = None,
+    until: Query = None,
+    department_id: Query = None,
+    user_id: Query = None,
+    api_key_id: Query = None,
+    status: Query = None,
+    request_id: Query = None,
+) -> query.AuditFilter:
+    """The filters search and export share, from the query string."""
+    return query.AuditFilter.parse(
+        since, until, department_id, user_id, api_key_id, status, request_id
+    )
+
+
 class AuditController(Controller):
     path = "/api/admin/audit"
     guards = [require_admin]  # noqa: RUF012
+    dependencies = {"filters": Provide(provide_filters, sync_to_thread=False)}  # noqa: RUF012
 
     @get("/")
     async def search(
         self,
         db: AsyncSession,
-        since: Query = None,
-        until: Query = None,
-        department_id: Query = None,
-        user_id: Query = None,
-        api_key_id: Query = None,
-        status: Query = None,
-        request_id: Query = None,
+        filters: query.AuditFilter,
         after: Query = None,
         limit: Query = None,
     ) -> Page[RecordRead]:
-        filters = query.AuditFilter.parse(
-            since, until, department_id, user_id, api_key_id, status, request_id
-        )
         size = query.page_size(limit)
         statement = query.newest_first(filters, query.cursor(after), size + 1)
         rows = (await db.scalars(statement)).all()
@@ -50,20 +58,7 @@ class AuditController(Controller):
         return Page([to_read(r) for r in rows], str(rows[-1].seq) if more else None)
 
     @get("/export.csv")
-    async def export_csv(
-        self,
-        gateway: GatewayState,
-        since: Query = None,
-        until: Query = None,
-        department_id: Query = None,
-        user_id: Query = None,
-        api_key_id: Query = None,
-        status: Query = None,
-        request_id: Query = None,
-    ) -> Stream:
-        filters = query.AuditFilter.parse(
-            since, until, department_id, user_id, api_key_id, status, request_id
-        )
+    async def export_csv(self, gateway: GatewayState, filters: query.AuditFilter) -> Stream:
         return Stream(
             csv_rows(gateway.db, filters),
             media_type="text/csv; charset=utf-8",

@@ -14,31 +14,19 @@ def scopes_for(department: Department | None, api_key: ApiKey | None) -> list[Sc
     """The department's scope, then the key's own (a key is held to both)."""
     scopes = []
     if department is not None:
-        scopes.append(
-            Scope(
-                f"dept:{department.id}",
-                Limits(
-                    requests_per_minute=department.requests_per_minute,
-                    tokens_per_minute=department.tokens_per_minute,
-                    concurrent_requests=department.concurrent_requests,
-                    tokens_per_day=department.daily_token_quota,
-                    tokens_per_month=department.monthly_token_quota,
-                ),
-                f"department {department.slug}",
-            )
-        )
+        scopes.append(_scope(f"dept:{department.id}", department, f"department {department.slug}"))
     if api_key is not None:
-        scopes.append(
-            Scope(
-                f"key:{api_key.id}",
-                Limits(
-                    requests_per_minute=api_key.requests_per_minute,
-                    tokens_per_minute=api_key.tokens_per_minute,
-                    concurrent_requests=api_key.concurrent_requests,
-                    tokens_per_day=api_key.daily_token_quota,
-                    tokens_per_month=api_key.monthly_token_quota,
-                ),
-                f"key {api_key.name}",
-            )
-        )
+        scopes.append(_scope(f"key:{api_key.id}", api_key, f"key {api_key.name}"))
     return scopes
+
+
+def _scope(key: str, row: Department | ApiKey, label: str) -> Scope:
+    """Departments and keys name their limit columns alike."""
+    limits = Limits(
+        requests_per_minute=row.requests_per_minute,
+        tokens_per_minute=row.tokens_per_minute,
+        concurrent_requests=row.concurrent_requests,
+        tokens_per_day=row.daily_token_quota,
+        tokens_per_month=row.monthly_token_quota,
+    )
+    return Scope(key, limits, label)

@@ -52,11 +52,12 @@ async def completions(scope: Scope, receive: Receive, send: Send) -> None:
 
 @asgi("/v1/models", copy_scope=False)
 async def models(scope: Scope, receive: Receive, send: Send) -> None:
-    exchange = _exchange(scope, "models")
+    headers = dict(scope["headers"])
+    exchange = _exchange(scope, "models", headers)
     try:
         if _method(scope) != "GET":
             raise ApiError(405, "use GET for /v1/models", reason="bad_request")
-        authorize(exchange.principal, scope)
+        authorize(exchange.principal, scope, headers)
         visible = [m for m in exchange.traffic.pool.models() if allowed(exchange.principal, m)]
         cards = [{"id": m, "object": "model", "created": 0, "owned_by": "enclave"} for m in visible]
         body = msgspec.json.encode({"object": "list", "data": cards})
@@ -68,9 +69,9 @@ async def models(scope: Scope, receive: Receive, send: Send) -> None:
 
 
 async def serve_completion(scope: Scope, receive: Receive, send: Send, endpoint: str) -> None:
-    exchange = _exchange(scope, endpoint)
-    traffic = exchange.traffic
     headers = dict(scope["headers"])
+    exchange = _exchange(scope, endpoint, headers)
+    traffic = exchange.traffic
     path = PATHS[endpoint]
     with traffic.tracer.start_as_current_span(
         f"POST {path}", context=incoming_context(headers), kind=trace.SpanKind.SERVER
@@ -86,7 +87,7 @@ async def serve_completion(scope: Scope, receive: Receive, send: Send, endpoint:
         try:
             if _method(scope) != "POST":
                 raise ApiError(405, f"use POST for {path}", reason="bad_request")
-            authorize(exchange.principal, scope)
+            authorize(exchange.principal, scope, headers)
             raw = await read_body(receive)
             exchange.keep_prompt(raw)
             request = parse(endpoint, raw)
@@ -159,7 +160,7 @@ async def _forward(
                 raise upstream_error(exc, upstream.url) from None
 
 
-def authorize(principal: Principal, scope: Scope) -> None:
+def authorize(principal: Principal, scope: Scope, headers: dict[bytes, bytes]) -> None:
     if principal.api_key is not None:
         return
     if principal.user is None or principal.session is None:
@@ -170,7 +171,7 @@ def authorize(principal: Principal, scope: Scope) -> None:
             reason="unauthenticated",
         )
     if _method(scope) == "POST":
-        sent = dict(scope["headers"]).get(CSRF_HEADER.encode(), b"")
+        sent = headers.get(CSRF_HEADER.encode(), b"")
         if not hmac.compare_digest(sent, principal.session.csrf_token.encode()):
             raise ApiError(403, "missing or wrong CSRF token", reason="csrf")
 
@@ -229,11 +230,10 @@ async def admit(
         ) from None
 
 
-def _exchange(scope: Scope, endpoint: str) -> Exchange:
+def _exchange(scope: Scope, endpoint: str, headers: dict[bytes, bytes]) -> Exchange:
     traffic: Traffic = scope["litestar_app"].state.traffic
     state = scope.get("state", {})
     principal = state.get(PRINCIPAL_KEY)
-    headers = dict(scope["headers"])
     client = scope.get("client")
     return Exchange(
         traffic,
