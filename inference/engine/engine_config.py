@@ -8,7 +8,7 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda")
 QUANTIZATIONS = ("fp8",)
 KV_CACHE_DTYPES = ("auto", "fp8")
-ATTENTION_BACKENDS = ("auto", "torch", "triton")
+ATTENTION_BACKENDS = ("auto", "torch", "cpu", "triton")
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,8 +20,9 @@ class EngineConfig:
     ``quantization="fp8"`` keeps the decoder's linear weights in float8_e4m3fn (a checkpoint
     already in FP8 loads as FP8 regardless); ``kv_cache_dtype="fp8"`` stores K and V in
     e4m3, twice the tokens in the same bytes ("auto": the model dtype).
-    ``attention_backend="auto"`` runs the Triton kernels on CUDA and the torch path
-    elsewhere; ``enforce_eager`` turns off CUDA graphs for decode steps.
+    ``attention_backend="auto"`` runs the Triton kernels on CUDA and the C kernels on a CPU
+    (the torch path where they cannot be built); ``enforce_eager`` turns off CUDA graphs
+    for decode steps.
     ``tensor_parallel_size=N`` splits heads and MLP over N processes (rank 0 is this one;
     see inference/parallel/), each with its own KV pool: the KV budget is per rank.
     """

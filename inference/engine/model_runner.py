@@ -71,6 +71,8 @@ class ModelRunner:
             )
             for k_scale, v_scale in scales
         ]
+        if device.type == "cpu":
+            model.prepack_for_cpu(batch_hint=max_num_seqs)  # decode steps' rows
         self.attention_backend = make_attention_backend(attention_backend, device)
         model.set_attention_backend(self.attention_backend)
         self.decode_graphs = make_decode_graphs(

@@ -34,6 +34,7 @@ class AttentionMetadata:
     # Derived by `build`: the sequences with one new token, batched together.
     decode_seqs: list[int] = field(default_factory=list)
     decode_rows: torch.Tensor | None = None  # (Bd,) their token rows in the flat batch
+    decode_lens: torch.Tensor | None = None  # (Bd,) int64 their context lengths
     decode_blocks: torch.Tensor | None = None  # (Bd, Nmax) block ids of their contexts
     decode_mask: torch.Tensor | None = None  # (Bd, 1, 1, Nmax * block_size) bool: real slots
     prefill_seqs: list[int] = field(default_factory=list)
@@ -69,7 +70,10 @@ class AttentionMetadata:
         if meta.decode_seqs:
             device = block_tables.device
             index = torch.tensor(meta.decode_seqs, dtype=torch.int64, device=device)
-            lens = torch.tensor([seq_lens[i] for i in meta.decode_seqs], device=device)
+            lens = torch.tensor(
+                [seq_lens[i] for i in meta.decode_seqs], dtype=torch.int64, device=device
+            )
+            meta.decode_lens = lens
             # Whole blocks are gathered (contiguous copies, far cheaper than per-slot
             # indexing); the mask hides the slots past each context's end.
             num_blocks = -(-int(lens.max()) // block_size)
@@ -106,26 +110,55 @@ class TorchAttentionBackend:
         self, query: torch.Tensor, cache: KVCache, meta: AttentionMetadata, scale: float
     ) -> torch.Tensor:
         """query (T, Hq, D) -> attention output (T, Hq, D) over each sequence's context."""
+        num_heads, num_kv_heads = query.shape[1], cache[0].shape[2]
+        if num_heads % num_kv_heads:
+            raise ValueError(f"{num_heads} query heads do not group over {num_kv_heads}")
+        out = torch.empty_like(query)
+        if meta.decode_seqs:
+            self.decode(query, cache, meta, scale, out)
+        self.prefill(query, cache, meta, scale, out)
+        return out
+
+    def decode(
+        self,
+        query: torch.Tensor,
+        cache: KVCache,
+        meta: AttentionMetadata,
+        scale: float,
+        out: torch.Tensor,
+    ) -> None:
+        """Attend the one-token sequences (``meta.decode_seqs``) into their rows of ``out``."""
+        key_cache, value_cache = cache
+        k_scale, v_scale = kv_scales(cache)
+        num_kv_heads, head_dim = key_cache.shape[2], key_cache.shape[3]
+        num_heads = query.shape[1]
+        group = num_heads // num_kv_heads
+        rows, blocks, mask = meta.decode_rows, meta.decode_blocks, meta.decode_mask
+        if rows is None or blocks is None or mask is None:
+            return
+        # Query heads of one KV group become that group's "query positions": GQA without
+        # repeating keys. q (Bd, Hkv, G, D); k, v (Bd, Hkv, Lmax, D).
+        q = query.index_select(0, rows).view(-1, num_kv_heads, group, head_dim)
+        k = _gather_blocks(key_cache, blocks, query.dtype).transpose(1, 2)
+        v = _gather_blocks(value_cache, blocks, query.dtype).transpose(1, 2)
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale * k_scale)
+        if v_scale != 1.0:
+            o = o * v_scale
+        out.index_copy_(0, rows, o.reshape(-1, num_heads, head_dim))
+
+    def prefill(
+        self,
+        query: torch.Tensor,
+        cache: KVCache,
+        meta: AttentionMetadata,
+        scale: float,
+        out: torch.Tensor,
+    ) -> None:
+        """Attend the chunks (``meta.prefill_seqs``), each causally over its whole context."""
         key_cache, value_cache = cache
         k_scale, v_scale = kv_scales(cache)
         scale = scale * k_scale  # q . (k_scale k) = k_scale (q . k)
-        num_kv_heads, head_dim = key_cache.shape[2], key_cache.shape[3]
-        num_heads = query.shape[1]
-        if num_heads % num_kv_heads:
-            raise ValueError(f"{num_heads} query heads do not group over {num_kv_heads}")
-        group = num_heads // num_kv_heads
-        out = torch.empty_like(query)
-        rows, blocks, mask = meta.decode_rows, meta.decode_blocks, meta.decode_mask
-        if rows is not None and blocks is not None and mask is not None:
-            # Query heads of one KV group become that group's "query positions": GQA without
-            # repeating keys. q (Bd, Hkv, G, D); k, v (Bd, Hkv, Lmax, D).
-            q = query.index_select(0, rows).view(-1, num_kv_heads, group, head_dim)
-            k = _gather_blocks(key_cache, blocks, query.dtype).transpose(1, 2)
-            v = _gather_blocks(value_cache, blocks, query.dtype).transpose(1, 2)
-            o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
-            if v_scale != 1.0:
-                o = o * v_scale
-            out.index_copy_(0, rows, o.reshape(-1, num_heads, head_dim))
+        gqa = query.shape[1] > key_cache.shape[2]
         for i in meta.prefill_seqs:
             start, end = meta.query_start_loc[i], meta.query_start_loc[i + 1]
             qlen, ctx = end - start, meta.seq_lens[i]
@@ -136,18 +169,17 @@ class TorchAttentionBackend:
             q = query[start:end].transpose(0, 1)[None]  # (1, Hq, qlen, D)
             if qlen == ctx:  # nothing cached before this chunk: plain causal attention
                 o = F.scaled_dot_product_attention(
-                    q, k, v, is_causal=True, scale=scale, enable_gqa=group > 1
+                    q, k, v, is_causal=True, scale=scale, enable_gqa=gqa
                 )
             else:  # the chunk's queries are the last qlen positions of the context
                 query_pos = torch.arange(ctx - qlen, ctx, device=query.device)
                 causal = query_pos[:, None] >= torch.arange(ctx, device=query.device)[None, :]
                 o = F.scaled_dot_product_attention(
-                    q, k, v, attn_mask=causal, scale=scale, enable_gqa=group > 1
+                    q, k, v, attn_mask=causal, scale=scale, enable_gqa=gqa
                 )
             if v_scale != 1.0:
                 o = o * v_scale
             out[start:end] = o[0].transpose(0, 1)
-        return out
 
 
 def _store(pool: torch.Tensor, slots: torch.Tensor, values: torch.Tensor) -> None:

@@ -20,7 +20,13 @@ from inference.kernels.attention import (
 from inference.model.arch import ArchConfig
 from inference.model.layers.activation import silu_and_mul
 from inference.model.layers.embedding import VocabEmbedding
-from inference.model.layers.linear import FusedLinear, Linear
+from inference.model.layers.linear import (
+    FusedLinear,
+    Linear,
+    can_prepack_for_cpu,
+    linear_packed,
+    pack_weight_for_cpu,
+)
 from inference.model.layers.norm import RMSNorm
 from inference.model.layers.rotary import RotaryEmbedding, apply_rotary
 from inference.model.weights import load_named_weights
@@ -154,6 +160,9 @@ class LlamaForCausalLM(nn.Module):
         backend = attention_backend or TorchAttentionBackend()
         self.model = LlamaModel(config, backend, dtype, device)
         self.lm_head: Linear | None = None
+        # A packed copy of the tied embedding, for the output projection only (the lookup
+        # keeps reading the plain table); set by `prepack_for_cpu`.
+        self.packed_tied_head: torch.Tensor | None = None
         if not config.tie_word_embeddings:
             self.lm_head = Linear(
                 config.hidden_size, config.vocab_size, bias=False, dtype=dtype, device=device
@@ -184,8 +193,27 @@ class LlamaForCausalLM(nn.Module):
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """(N, hidden) -> (N, vocab) float32."""
-        weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return F.linear(hidden, weight).float()
+        if self.lm_head is not None:
+            return self.lm_head(hidden).float()
+        if self.packed_tied_head is not None:
+            return linear_packed(hidden, self.packed_tied_head, None).float()
+        return F.linear(hidden, self.model.embed_tokens.weight).float()
+
+    def prepack_for_cpu(self, batch_hint: int) -> int:
+        """Prepack every bfloat16 linear weight for oneDNN (see layers/linear.py).
+
+        Returns how many weights were packed: none off the CPU, for other dtypes (FP8
+        linears are not FusedLinear and stay as they are) or without bf16 kernels.
+        """
+        layers = [m for m in self.modules() if isinstance(m, FusedLinear) and not m.packed]
+        layers = [m for m in layers if can_prepack_for_cpu(m.weight)]
+        for layer in layers:
+            layer.prepack_for_cpu(batch_hint)
+        table = self.model.embed_tokens.weight
+        if self.lm_head is None and self.packed_tied_head is None and can_prepack_for_cpu(table):
+            self.packed_tied_head = pack_weight_for_cpu(table, batch_hint)
+            return len(layers) + 1
+        return len(layers)
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Load Hugging Face-named tensors; raise ValueError on missing/unexpected/bad shape."""

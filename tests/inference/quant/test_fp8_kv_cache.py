@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from inference import LLM, SamplingParams
-from inference.kernels.attention import KVCache, TorchAttentionBackend
+from inference.kernels.attention import AttentionBackend, AttentionMetadata, KVCache
 from inference.kernels.kv_cache import FP8_KV_DTYPE, to_cache_dtype
 from inference.model.quant import Fp8Linear
 from tests.inference.checkpoints import make_checkpoint
@@ -33,14 +33,26 @@ def engine(path: Path, **kwargs: object) -> LLM:
     )
 
 
-class RoundedKV(TorchAttentionBackend):
-    """Rounds new keys and values through e4m3 but stores them in the model dtype."""
+class RoundedKV:
+    """Rounds new keys and values through e4m3 but stores them in the model dtype.
+
+    Attention itself is the engine's own backend (the C kernels on a CPU), so both runs
+    do the same arithmetic.
+    """
+
+    def __init__(self, backend: AttentionBackend) -> None:
+        self.backend = backend
 
     def write_kv(
         self, key: torch.Tensor, value: torch.Tensor, cache: KVCache, slot_mapping: torch.Tensor
     ) -> None:
         rounded = [to_cache_dtype(x, FP8_KV_DTYPE, 1.0).to(x.dtype) for x in (key, value)]
-        super().write_kv(rounded[0], rounded[1], cache, slot_mapping)
+        self.backend.write_kv(rounded[0], rounded[1], cache, slot_mapping)
+
+    def forward(
+        self, query: torch.Tensor, cache: KVCache, meta: AttentionMetadata, scale: float
+    ) -> torch.Tensor:
+        return self.backend.forward(query, cache, meta, scale)
 
 
 def leading_agreement(a: list[int], b: list[int]) -> int:
@@ -69,8 +81,8 @@ def test_fp8_kv_doubles_capacity_and_stores_exactly_e4m3(
     print(f"\n{kind}: greedy tokens equal to bf16 KV before the first difference: {lead}")
     # The same model with bf16 pools holding e4m3-rounded values: every token identical,
     # so the FP8 pools lose nothing beyond e4m3 rounding (paging, prefill and decode).
-    for layer in plain.engine.model.model.layers:
-        layer.self_attn.backend = RoundedKV()
+    assert type(plain.engine.runner.attention_backend) is type(fp8.engine.runner.attention_backend)
+    plain.engine.model.set_attention_backend(RoundedKV(plain.engine.runner.attention_backend))
     rounded = plain.generate(PROMPTS, greedy(24))
     for want, have in zip(rounded, got, strict=True):
         assert have.outputs[0].token_ids == want.outputs[0].token_ids

@@ -10,7 +10,7 @@ from inference.kernels.kv_cache import FP8_KV_DTYPE
 from inference.kernels.triton.backend import TritonAttentionBackend
 from inference.kernels.triton.decode_attention import plan_splits
 
-from .paged_case import assert_close_bf16, make_case
+from ..paged_case import assert_close_bf16, make_case
 
 HEAD_DIM = 32
 

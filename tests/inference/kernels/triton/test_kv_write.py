@@ -10,7 +10,7 @@ from inference.kernels.kv_cache import FP8_KV_DTYPE
 from inference.kernels.triton.backend import TritonAttentionBackend
 from inference.kernels.triton.kv_write import reshape_and_cache
 
-from .paged_case import K_SCALE, V_SCALE, empty_cache
+from ..paged_case import K_SCALE, V_SCALE, empty_cache
 
 NUM_BLOCKS, BLOCK_SIZE, NUM_KV_HEADS, HEAD_DIM = 6, 16, 2, 24  # head_dim not a power of two
 

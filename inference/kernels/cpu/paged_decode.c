@@ -1,0 +1,262 @@
+/* Paged attention for decode steps on the CPU: one query token per sequence, read straight
+ * from the paged KV pools through the block tables, with no gathered copy of the context.
+ *
+ * Layouts (all contiguous, element strides):
+ *   query, out     (T, num_heads, head_dim), rows `*_stride` elements apart; a decode's
+ *                  row is rows[b]
+ *   key, value     (num_blocks, block_size, num_kv_heads, head_dim)
+ *   block_tables   (num_seqs, table_stride) int64
+ * One work item is one sequence and all its heads, so each token's keys (and then values)
+ * are one contiguous read of num_kv_heads * head_dim elements; the query heads of one KV
+ * head (a GQA group) share that row. Scores are kept for the whole context, then a softmax
+ * and one pass over the values: two streaming reads, K then V.
+ * FP8 (e4m3fn) pools follow inference/kernels/kv_cache.py: stored * scale; the key scale
+ * folds into the query, the value scale into the output. Built by build.py at first use.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { DT_F32 = 0, DT_BF16 = 1, DT_F16 = 2, DT_E4M3 = 3 };
+
+static float e4m3_table[256];
+
+static void init_e4m3_table(void) {
+    for (int bits = 0; bits < 256; ++bits) {
+        int sign = bits >> 7, exponent = (bits >> 3) & 15, mantissa = bits & 7;
+        float value;
+        if (exponent == 15 && mantissa == 7) value = NAN; /* e4m3fn: no infinities */
+        else if (exponent == 0) value = ldexpf((float)mantissa / 8.0f, -6);
+        else value = ldexpf(1.0f + (float)mantissa / 8.0f, exponent - 7);
+        e4m3_table[bits] = sign ? -value : value;
+    }
+}
+
+/* The pool slot of a sequence's token t. block_size is a power of two (EngineConfig
+ * allows 8 to 128), so this is a shift and a mask, not a division per token. */
+static inline int64_t slot_of(const int64_t *table, int64_t t, int block_size) {
+    const int shift = __builtin_ctz((unsigned)block_size);
+    return (table[t >> shift] << shift) | (t & (block_size - 1));
+}
+
+/* n elements of `base` from `index` on, as float32. */
+static inline void load_row(const void *base, int64_t index, int dtype, int n, float *dst) {
+    if (dtype == DT_BF16) {
+        const uint16_t *src = (const uint16_t *)base + index;
+        uint32_t *out = (uint32_t *)dst;
+        for (int i = 0; i < n; ++i) out[i] = (uint32_t)src[i] << 16;
+    } else if (dtype == DT_F32) {
+        memcpy(dst, (const float *)base + index, (size_t)n * sizeof(float));
+    } else if (dtype == DT_F16) {
+        const _Float16 *src = (const _Float16 *)base + index;
+        for (int i = 0; i < n; ++i) dst[i] = (float)src[i];
+    } else {
+        const uint8_t *src = (const uint8_t *)base + index;
+        for (int i = 0; i < n; ++i) dst[i] = e4m3_table[src[i]];
+    }
+}
+
+static inline void store_row(void *base, int64_t index, int dtype, int n, const float *src) {
+    if (dtype == DT_F32) {
+        memcpy((float *)base + index, src, (size_t)n * sizeof(float));
+    } else if (dtype == DT_BF16) {
+        uint16_t *out = (uint16_t *)base + index;
+        for (int i = 0; i < n; ++i) { /* round to nearest even, as torch does */
+            uint32_t bits;
+            memcpy(&bits, &src[i], sizeof bits);
+            if ((bits & 0x7fffffffu) > 0x7f800000u) out[i] = (uint16_t)((bits >> 16) | 0x40);
+            else out[i] = (uint16_t)((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+        }
+    } else {
+        _Float16 *out = (_Float16 *)base + index;
+        for (int i = 0; i < n; ++i) out[i] = (_Float16)src[i];
+    }
+}
+
+/* In place: s[0..n) -> softmax(s) * factor. */
+static void softmax_scaled(float *s, int64_t n, float factor) {
+    float top = s[0], total = 0.0f;
+    for (int64_t t = 1; t < n; ++t) top = s[t] > top ? s[t] : top;
+    for (int64_t t = 0; t < n; ++t) {
+        s[t] = expf(s[t] - top);
+        total += s[t];
+    }
+    const float norm = factor / total;
+    for (int64_t t = 0; t < n; ++t) s[t] *= norm;
+}
+
+typedef struct {
+    const void *query;
+    void *out;
+    int64_t query_stride, out_stride; /* elements from one token's row to the next */
+    int q_dtype;
+    const void *key;
+    const void *value;
+    int kv_dtype;
+    int num_heads, num_kv_heads, head_dim, block_size;
+    float q_scale, v_scale;
+} Problem;
+
+/* One sequence: rows `row` of query and out, its context of `len` tokens via `table`.
+ * scores: num_heads * len floats; q, acc: num_heads * head_dim; kv_row: one token's heads. */
+static void attend_sequence(const Problem *p, int64_t row, const int64_t *table, int64_t len,
+                            float *scores, float *q, float *acc, float *kv_row) {
+    const int heads = p->num_heads, kv_heads = p->num_kv_heads, dim = p->head_dim;
+    const int group = heads / kv_heads, width = kv_heads * dim;
+    load_row(p->query, row * p->query_stride, p->q_dtype, heads * dim, q);
+    for (int i = 0; i < heads * dim; ++i) q[i] *= p->q_scale;
+    for (int64_t t = 0; t < len; ++t) {
+        const int64_t slot = slot_of(table, t, p->block_size);
+        load_row(p->key, slot * width, p->kv_dtype, width, kv_row);
+        for (int head = 0; head < heads; ++head) {
+            const float *qh = q + head * dim, *kh = kv_row + (head / group) * dim;
+            float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+            for (int d = 0; d < dim; ++d) dot += qh[d] * kh[d];
+            scores[head * len + t] = dot;
+        }
+    }
+    for (int head = 0; head < heads; ++head) softmax_scaled(scores + head * len, len, p->v_scale);
+    memset(acc, 0, sizeof(float) * (size_t)(heads * dim));
+    for (int64_t t = 0; t < len; ++t) {
+        const int64_t slot = slot_of(table, t, p->block_size);
+        load_row(p->value, slot * width, p->kv_dtype, width, kv_row);
+        for (int head = 0; head < heads; ++head) {
+            const float weight = scores[head * len + t];
+            const float *vh = kv_row + (head / group) * dim;
+            float *ah = acc + head * dim;
+#pragma omp simd
+            for (int d = 0; d < dim; ++d) ah[d] += weight * vh[d];
+        }
+    }
+    store_row(p->out, row * p->out_stride, p->q_dtype, heads * dim, acc);
+}
+
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+
+/* 16 elements at `src` (element offset `index`) as float32. */
+static inline __m512 load16(const void *base, int64_t index, int dtype) {
+    if (dtype == DT_BF16) {
+        __m256i raw = _mm256_loadu_si256((const __m256i *)((const uint16_t *)base + index));
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+    }
+    if (dtype == DT_F32) return _mm512_loadu_ps((const float *)base + index);
+    if (dtype == DT_F16)
+        return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)base + index)));
+    __m128i raw = _mm_loadu_si128((const __m128i *)((const uint8_t *)base + index));
+    return _mm512_i32gather_ps(_mm512_cvtepu8_epi32(raw), e4m3_table, 4);
+}
+
+/* The vector path: head_dim a multiple of 16. Query heads go in tiles of up to 4 (one KV
+ * head's group), head_dim in chunks of up to 64, so the accumulators stay in registers. */
+static void attend_sequence_avx512(const Problem *p, int64_t row, const int64_t *table,
+                                   int64_t len, float *scores, float *q, float *acc) {
+    const int heads = p->num_heads, kv_heads = p->num_kv_heads, dim = p->head_dim;
+    const int group = heads / kv_heads, width = kv_heads * dim, bs = p->block_size;
+    load_row(p->query, row * p->query_stride, p->q_dtype, heads * dim, q);
+    for (int i = 0; i < heads * dim; ++i) q[i] *= p->q_scale;
+    for (int h = 0; h < kv_heads; ++h) {
+        for (int g0 = 0; g0 < group; g0 += 4) {
+            const int tile = group - g0 < 4 ? group - g0 : 4;
+            const float *qt = q + (h * group + g0) * dim;
+            float *st = scores + (int64_t)(h * group + g0) * len;
+            for (int64_t t = 0; t < len; ++t) {
+                const int64_t at = slot_of(table, t, bs) * width + h * dim;
+                __m512 sum[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                                 _mm512_setzero_ps()};
+                for (int d = 0; d < dim; d += 16) {
+                    const __m512 k = load16(p->key, at + d, p->kv_dtype);
+                    for (int g = 0; g < 4; ++g)
+                        if (g < tile) sum[g] = _mm512_fmadd_ps(_mm512_loadu_ps(qt + g * dim + d), k, sum[g]);
+                }
+                for (int g = 0; g < 4; ++g)
+                    if (g < tile) st[g * len + t] = _mm512_reduce_add_ps(sum[g]);
+            }
+        }
+    }
+    for (int head = 0; head < heads; ++head) softmax_scaled(scores + head * len, len, p->v_scale);
+    for (int h = 0; h < kv_heads; ++h) {
+        for (int g0 = 0; g0 < group; g0 += 4) {
+            const int tile = group - g0 < 4 ? group - g0 : 4;
+            const float *st = scores + (int64_t)(h * group + g0) * len;
+            for (int d0 = 0; d0 < dim; d0 += 64) {
+                const int chunks = (dim - d0) / 16 < 4 ? (dim - d0) / 16 : 4;
+                __m512 total[4][4];
+                for (int g = 0; g < 4; ++g)
+                    for (int c = 0; c < 4; ++c) total[g][c] = _mm512_setzero_ps();
+                for (int64_t t = 0; t < len; ++t) {
+                    const int64_t at = slot_of(table, t, bs) * width + h * dim + d0;
+                    __m512 v[4];
+                    for (int c = 0; c < 4; ++c)
+                        if (c < chunks) v[c] = load16(p->value, at + 16 * c, p->kv_dtype);
+                    for (int g = 0; g < 4; ++g) {
+                        if (g >= tile) continue;
+                        const __m512 w = _mm512_set1_ps(st[g * len + t]);
+                        for (int c = 0; c < 4; ++c)
+                            if (c < chunks) total[g][c] = _mm512_fmadd_ps(w, v[c], total[g][c]);
+                    }
+                }
+                for (int g = 0; g < tile; ++g)
+                    for (int c = 0; c < chunks; ++c)
+                        _mm512_storeu_ps(acc + (h * group + g0 + g) * dim + d0 + 16 * c, total[g][c]);
+            }
+        }
+    }
+    store_row(p->out, row * p->out_stride, p->q_dtype, heads * dim, acc);
+}
+#endif
+
+/* Returns 0, or a negative number for arguments it cannot serve. */
+int paged_decode_attention(const void *query, int64_t query_stride, void *out,
+                           int64_t out_stride, int q_dtype, const int64_t *rows,
+                           const void *key, const void *value, int kv_dtype,
+                           const int64_t *block_tables, int64_t table_stride,
+                           const int64_t *seq_lens, int64_t num_seqs, int num_heads,
+                           int num_kv_heads, int head_dim, int block_size, float scale,
+                           float k_scale, float v_scale, int num_threads) {
+    if (num_kv_heads <= 0 || num_heads % num_kv_heads || head_dim <= 0 || block_size <= 0 ||
+        (block_size & (block_size - 1)))
+        return -1;
+    if (q_dtype == DT_E4M3 || kv_dtype < DT_F32 || kv_dtype > DT_E4M3) return -2;
+    static int table_ready = 0;
+    if (!table_ready) { /* racing first calls write the same values */
+        init_e4m3_table();
+        table_ready = 1;
+    }
+    const Problem problem = {query, out, query_stride, out_stride, q_dtype, key, value, kv_dtype, num_heads,
+                             num_kv_heads, head_dim, block_size, scale * k_scale, v_scale};
+    int64_t max_len = 1;
+    for (int64_t b = 0; b < num_seqs; ++b) {
+        if (seq_lens[b] < 1) return -4;
+        if (seq_lens[b] > max_len) max_len = seq_lens[b];
+    }
+    int failed = 0;
+#pragma omp parallel num_threads(num_threads) reduction(| : failed)
+    {
+        float *scores = malloc(sizeof(float) * (size_t)(num_heads * max_len));
+        float *q = malloc(sizeof(float) * (size_t)(num_heads * head_dim));
+        float *acc = malloc(sizeof(float) * (size_t)(num_heads * head_dim));
+        float *kv_row = malloc(sizeof(float) * (size_t)(num_kv_heads * head_dim));
+        const int ready = scores && q && acc && kv_row;
+        failed = !ready;
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t b = 0; b < num_seqs; ++b)
+            if (!ready) continue;
+#if defined(__AVX512F__)
+            else if (head_dim % 16 == 0)
+                attend_sequence_avx512(&problem, rows[b], block_tables + b * table_stride,
+                                       seq_lens[b], scores, q, acc);
+#endif
+            else
+                attend_sequence(&problem, rows[b], block_tables + b * table_stride,
+                                seq_lens[b], scores, q, acc, kv_row);
+        free(scores);
+        free(q);
+        free(acc);
+        free(kv_row);
+    }
+    return failed ? -3 : 0;
+}

@@ -1,0 +1,110 @@
+"""The C decode kernel against `TorchAttentionBackend` on ragged paged batches.
+
+Both builds are checked: the AVX-512 path (where the machine has it) and the portable one
+(``-mno-avx512f``), over every pool dtype, GQA ratios 1, 3 and 8, block sizes 16 and 32,
+and contexts that end on and just past a block boundary.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from inference.kernels.attention import TorchAttentionBackend
+from inference.kernels.backends import make_attention_backend
+from inference.kernels.cpu.backend import CpuAttentionBackend
+from inference.kernels.cpu.build import load_paged_decode
+from inference.kernels.kv_cache import FP8_KV_DTYPE
+
+from ..paged_case import assert_close_bf16, make_case
+
+BUILDS = {"native": (), "portable": ("-mno-avx512f",)}
+
+
+def backend(build: str) -> CpuAttentionBackend:
+    return CpuAttentionBackend(load_paged_decode(BUILDS[build]))
+
+
+def decode_contexts(block_size: int) -> list[tuple[int, int]]:
+    """(cached, new): decodes ending on, just before and past block boundaries, and a chunk."""
+    b = block_size
+    return [(0, 1), (b - 1, 1), (b, 1), (2 * b - 1, 1), (3 * b + 5, 1), (b + 3, b - 3)]
+
+
+@pytest.mark.parametrize("build", BUILDS)
+@pytest.mark.parametrize("pool", ["bf16", "fp8", "f16"])
+@pytest.mark.parametrize("block_size", [16, 32])
+@pytest.mark.parametrize("group", [1, 3, 8])
+def test_decodes_match_the_torch_path(group: int, block_size: int, pool: str, build: str) -> None:
+    pool_dtype = {"bf16": torch.bfloat16, "fp8": FP8_KV_DTYPE, "f16": torch.float16}[pool]
+    dtype = torch.float16 if pool == "f16" else torch.bfloat16
+    case = make_case(
+        decode_contexts(block_size),
+        group=group,
+        num_kv_heads=1 if group == 8 else 2,
+        head_dim=64,
+        block_size=block_size,
+        dtype=dtype,
+        pool_dtype=pool_dtype,
+        seed=group * block_size,
+    )
+    scale = 64**-0.5
+    expected = TorchAttentionBackend().forward(case.query, case.cache, case.meta, scale)
+    actual = backend(build).forward(case.query, case.cache, case.meta, scale)
+    assert_close_bf16(actual, expected)
+
+
+@pytest.mark.parametrize("build", BUILDS)
+@pytest.mark.parametrize("head_dim", [16, 24, 80, 128])
+def test_float32_is_exact_to_rounding(head_dim: int, build: str) -> None:
+    """Head sizes that are and are not multiples of the vector width, in float32."""
+    case = make_case(
+        [(c, 1) for c in (0, 15, 16, 100, 257)],
+        group=4,
+        num_kv_heads=2,
+        head_dim=head_dim,
+        block_size=16,
+        dtype=torch.float32,
+        pool_dtype=torch.float32,
+        seed=head_dim,
+    )
+    scale = head_dim**-0.5
+    expected = TorchAttentionBackend().forward(case.query, case.cache, case.meta, scale)
+    actual = backend(build).forward(case.query, case.cache, case.meta, scale)
+    torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_query_view_with_strided_rows() -> None:
+    """The model hands q as a view of the fused q|k rows: no copy is needed."""
+    case = make_case(
+        [(30, 1), (7, 1)],
+        group=3,
+        num_kv_heads=2,
+        head_dim=32,
+        block_size=16,
+        dtype=torch.bfloat16,
+        pool_dtype=torch.bfloat16,
+    )
+    wide = torch.cat([case.query, torch.randn(2, 2, 32).bfloat16()], dim=1)
+    query = wide[:, :6]
+    assert not query.is_contiguous()
+    scale = 32**-0.5
+    expected = TorchAttentionBackend().forward(query.contiguous(), case.cache, case.meta, scale)
+    kernel = backend("native")
+    actual = kernel.forward(query, case.cache, case.meta, scale)
+    assert torch.equal(actual, kernel.forward(query.contiguous(), case.cache, case.meta, scale))
+    assert_close_bf16(actual, expected)
+
+
+def test_auto_picks_the_kernel_on_cpu() -> None:
+    assert isinstance(make_attention_backend("auto", torch.device("cpu")), CpuAttentionBackend)
+    assert isinstance(make_attention_backend("cpu", torch.device("cpu")), CpuAttentionBackend)
+    assert type(make_attention_backend("torch", torch.device("cpu"))) is TorchAttentionBackend
+
+
+def test_a_bad_block_size_is_refused() -> None:
+    lib = load_paged_decode()
+    status = lib.paged_decode_attention(
+        0, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 4, 2, 16, 12, 1.0, 1.0, 1.0, 1
+    )
+    assert status == -1
