@@ -35,6 +35,10 @@ class AttentionMetadata:
     decode_seqs: list[int] = field(default_factory=list)
     decode_rows: torch.Tensor | None = None  # (Bd,) their token rows in the flat batch
     decode_lens: torch.Tensor | None = None  # (Bd,) int64 their context lengths
+    # Leading blocks that every decode's table shares (a cached system prompt, say), short
+    # of each decode's last token; 0 with fewer than two decodes. Cascade kernels read them
+    # once for the whole batch.
+    decode_shared_blocks: int = 0
     decode_blocks: torch.Tensor | None = None  # (Bd, Nmax) block ids of their contexts
     decode_mask: torch.Tensor | None = None  # (Bd, 1, 1, Nmax * block_size) bool: real slots
     prefill_seqs: list[int] = field(default_factory=list)
@@ -83,6 +87,11 @@ class AttentionMetadata:
             meta.decode_rows = torch.tensor(
                 [query_start_loc[i] for i in meta.decode_seqs], dtype=torch.int64, device=device
             )
+            if len(meta.decode_seqs) > 1:
+                blocks = meta.decode_blocks
+                same = (blocks == blocks[:1]).all(dim=0).to(torch.int64).cumprod(dim=0)
+                limit = (int(lens.min()) - 1) // block_size
+                meta.decode_shared_blocks = min(int(same.sum()), limit)
         return meta
 
 

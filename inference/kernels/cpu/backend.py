@@ -5,6 +5,12 @@ sequence's whole context out of the pool (a copy of all of K and V each layer) b
 masked SDPA. The kernel in paged_decode.c reads the pool in place through the block
 tables. Prefill chunks are long enough for SDPA's own kernels, so they stay on the torch
 path, which is also the reference the kernel is tested against.
+
+Cascade: when the decodes share leading blocks (every chat that starts with the same
+system prompt hits the same cached blocks), those are attended once for the whole batch,
+as one dense attention of all the decodes' queries over the shared keys, which returns
+each query's log-sum-exp too; the kernel then attends each sequence's own part and folds
+the two together. The shared keys are read once per layer instead of once per sequence.
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ from inference.kernels.attention import AttentionMetadata, TorchAttentionBackend
 from inference.kernels.kv_cache import FP8_KV_DTYPE, KVCache, kv_scales
 
 _DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2, FP8_KV_DTYPE: 3}
+# Shorter shared prefixes are not worth a separate pass.
+CASCADE_MIN_TOKENS = 64
 
 
 class CpuAttentionBackend(TorchAttentionBackend):
@@ -49,6 +57,15 @@ class CpuAttentionBackend(TorchAttentionBackend):
             return
         k_scale, v_scale = kv_scales(cache)
         _, block_size, num_kv_heads, head_dim = key_cache.shape
+        skip = meta.decode_shared_blocks * block_size
+        prior: torch.Tensor | None = None
+        prior_lse: torch.Tensor | None = None
+        if skip >= CASCADE_MIN_TOKENS:
+            prior, prior_lse = shared_prefix_attention(
+                query.index_select(0, rows), cache, blocks[0, : meta.decode_shared_blocks], scale
+            )
+        else:
+            skip = 0
         status = self._kernel(
             query.data_ptr(),
             query.stride(0),
@@ -70,6 +87,9 @@ class CpuAttentionBackend(TorchAttentionBackend):
             scale,
             k_scale,
             v_scale,
+            skip,
+            0 if prior is None else prior.data_ptr(),
+            0 if prior_lse is None else prior_lse.data_ptr(),
             torch.get_num_threads(),
         )
         if status != 0:
@@ -79,3 +99,35 @@ class CpuAttentionBackend(TorchAttentionBackend):
 def _rows_of_heads(x: torch.Tensor) -> bool:
     """(T, H, D) whose heads lie contiguously within each token's row."""
     return x.dim() == 3 and x.stride(2) == 1 and x.stride(1) == x.shape[2]
+
+
+def shared_prefix_attention(
+    query: torch.Tensor, cache: KVCache, blocks: torch.Tensor, scale: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every decode's query (Bd, Hq, D) over the keys in ``blocks`` that all of them share.
+
+    Returns the output (Bd, Hq, D) in the query's dtype and the log-sum-exp of each query's
+    scores (Bd, Hq) in float32. The GQA group's query heads stand in for query positions,
+    so the whole batch is one (Hkv, Bd * G) by (Hkv, P) attention.
+    """
+    key_cache, value_cache = cache
+    k_scale, v_scale = kv_scales(cache)
+    num_seqs, num_heads, head_dim = query.shape
+    num_kv_heads = key_cache.shape[2]
+    group = num_heads // num_kv_heads
+    # (P, Hkv, D) -> (1, Hkv, P, D); queries (Bd, Hkv, G, D) -> (1, Hkv, Bd * G, D)
+    k = key_cache.index_select(0, blocks).flatten(0, 1).to(query.dtype).transpose(0, 1)[None]
+    v = value_cache.index_select(0, blocks).flatten(0, 1).to(query.dtype).transpose(0, 1)[None]
+    q = query.view(num_seqs, num_kv_heads, group, head_dim).transpose(0, 1)
+    q = q.reshape(1, num_kv_heads, num_seqs * group, head_dim)
+    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        q, k, v, 0.0, False, scale=scale * k_scale
+    )[:2]
+    if v_scale != 1.0:
+        out = out * v_scale
+    out = out.view(num_kv_heads, num_seqs, group, head_dim).transpose(0, 1)
+    lse = lse.view(num_kv_heads, num_seqs, group).transpose(0, 1)
+    return (
+        out.reshape(num_seqs, num_heads, head_dim).contiguous(),
+        lse.reshape(num_seqs, num_heads).float().contiguous(),
+    )

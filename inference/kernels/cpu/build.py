@@ -57,7 +57,7 @@ def load_paged_decode(extra_flags: tuple[str, ...] = ()) -> ctypes.CDLL:
     fn = lib.paged_decode_attention
     p, i64, i32, f32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
     fn.argtypes = [p, i64, p, i64, i32, p, p, p, i32, p, i64, p, i64]
-    fn.argtypes += [i32, i32, i32, i32, f32, f32, f32, i32]
+    fn.argtypes += [i32, i32, i32, i32, f32, f32, f32, i64, p, p, i32]
     fn.restype = ctypes.c_int
     log.info("built CPU paged-attention kernel with %s", compiler)
     return lib

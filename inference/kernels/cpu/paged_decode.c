@@ -74,8 +74,8 @@ static inline void store_row(void *base, int64_t index, int dtype, int n, const 
     }
 }
 
-/* In place: s[0..n) -> softmax(s) * factor. */
-static void softmax_scaled(float *s, int64_t n, float factor) {
+/* In place: s[0..n) -> softmax(s) * factor; returns log(sum(exp(s))) of the input. */
+static float softmax_scaled(float *s, int64_t n, float factor) {
     float top = s[0], total = 0.0f;
     for (int64_t t = 1; t < n; ++t) top = s[t] > top ? s[t] : top;
     for (int64_t t = 0; t < n; ++t) {
@@ -84,6 +84,7 @@ static void softmax_scaled(float *s, int64_t n, float factor) {
     }
     const float norm = factor / total;
     for (int64_t t = 0; t < n; ++t) s[t] *= norm;
+    return top + logf(total);
 }
 
 typedef struct {
@@ -96,12 +97,15 @@ typedef struct {
     int kv_dtype;
     int num_heads, num_kv_heads, head_dim, block_size;
     float q_scale, v_scale;
+    const void *prior;      /* cascade: (num_seqs, num_heads, head_dim) in q_dtype, or NULL */
+    const float *prior_lse; /* (num_seqs, num_heads) */
 } Problem;
 
-/* One sequence: rows `row` of query and out, its context of `len` tokens via `table`.
- * scores: num_heads * len floats; q, acc: num_heads * head_dim; kv_row: one token's heads. */
+/* One sequence: query row `row`, a context of `len` tokens via `table`. Leaves the
+ * attention output of each head in acc (num_heads * head_dim) and its log-sum-exp in lse.
+ * scores: num_heads * len floats; q: num_heads * head_dim; kv_row: one token's heads. */
 static void attend_sequence(const Problem *p, int64_t row, const int64_t *table, int64_t len,
-                            float *scores, float *q, float *acc, float *kv_row) {
+                            float *scores, float *q, float *acc, float *lse, float *kv_row) {
     const int heads = p->num_heads, kv_heads = p->num_kv_heads, dim = p->head_dim;
     const int group = heads / kv_heads, width = kv_heads * dim;
     load_row(p->query, row * p->query_stride, p->q_dtype, heads * dim, q);
@@ -117,7 +121,8 @@ static void attend_sequence(const Problem *p, int64_t row, const int64_t *table,
             scores[head * len + t] = dot;
         }
     }
-    for (int head = 0; head < heads; ++head) softmax_scaled(scores + head * len, len, p->v_scale);
+    for (int head = 0; head < heads; ++head)
+        lse[head] = softmax_scaled(scores + head * len, len, p->v_scale);
     memset(acc, 0, sizeof(float) * (size_t)(heads * dim));
     for (int64_t t = 0; t < len; ++t) {
         const int64_t slot = slot_of(table, t, p->block_size);
@@ -130,7 +135,6 @@ static void attend_sequence(const Problem *p, int64_t row, const int64_t *table,
             for (int d = 0; d < dim; ++d) ah[d] += weight * vh[d];
         }
     }
-    store_row(p->out, row * p->out_stride, p->q_dtype, heads * dim, acc);
 }
 
 
@@ -153,7 +157,8 @@ static inline __m512 load16(const void *base, int64_t index, int dtype) {
 /* The vector path: head_dim a multiple of 16. Query heads go in tiles of up to 4 (one KV
  * head's group), head_dim in chunks of up to 64, so the accumulators stay in registers. */
 static void attend_sequence_avx512(const Problem *p, int64_t row, const int64_t *table,
-                                   int64_t len, float *scores, float *q, float *acc) {
+                                   int64_t len, float *scores, float *q, float *acc,
+                                   float *lse) {
     const int heads = p->num_heads, kv_heads = p->num_kv_heads, dim = p->head_dim;
     const int group = heads / kv_heads, width = kv_heads * dim, bs = p->block_size;
     load_row(p->query, row * p->query_stride, p->q_dtype, heads * dim, q);
@@ -177,7 +182,8 @@ static void attend_sequence_avx512(const Problem *p, int64_t row, const int64_t 
             }
         }
     }
-    for (int head = 0; head < heads; ++head) softmax_scaled(scores + head * len, len, p->v_scale);
+    for (int head = 0; head < heads; ++head)
+        lse[head] = softmax_scaled(scores + head * len, len, p->v_scale);
     for (int h = 0; h < kv_heads; ++h) {
         for (int g0 = 0; g0 < group; g0 += 4) {
             const int tile = group - g0 < 4 ? group - g0 : 4;
@@ -189,7 +195,8 @@ static void attend_sequence_avx512(const Problem *p, int64_t row, const int64_t 
                     for (int c = 0; c < 4; ++c) total[g][c] = _mm512_setzero_ps();
                 for (int64_t t = 0; t < len; ++t) {
                     const int64_t at = slot_of(table, t, bs) * width + h * dim + d0;
-                    __m512 v[4];
+                    __m512 v[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(),
+                                   _mm512_setzero_ps(), _mm512_setzero_ps()};
                     for (int c = 0; c < 4; ++c)
                         if (c < chunks) v[c] = load16(p->value, at + 16 * c, p->kv_dtype);
                     for (int g = 0; g < 4; ++g) {
@@ -205,9 +212,24 @@ static void attend_sequence_avx512(const Problem *p, int64_t row, const int64_t 
             }
         }
     }
-    store_row(p->out, row * p->out_stride, p->q_dtype, heads * dim, acc);
 }
 #endif
+
+/* Cascade: fold the attention over a shared prefix (its output `prior`, in the query's
+ * dtype, and log-sum-exp `prior_lse`, per head) into this sequence's own part (acc, lse). */
+static void merge_prior(const Problem *p, int64_t b, float *acc, const float *lse, float *row) {
+    const int heads = p->num_heads, dim = p->head_dim;
+    load_row(p->prior, b * heads * dim, p->q_dtype, heads * dim, row);
+    for (int head = 0; head < heads; ++head) {
+        const float own = lse[head], prior = p->prior_lse[b * heads + head];
+        const float top = own > prior ? own : prior;
+        const float w_own = expf(own - top), w_prior = expf(prior - top);
+        const float norm = 1.0f / (w_own + w_prior);
+        float *ah = acc + head * dim;
+        const float *ph = row + head * dim;
+        for (int d = 0; d < dim; ++d) ah[d] = (ah[d] * w_own + ph[d] * w_prior) * norm;
+    }
+}
 
 /* Returns 0, or a negative number for arguments it cannot serve. */
 int paged_decode_attention(const void *query, int64_t query_stride, void *out,
@@ -216,7 +238,8 @@ int paged_decode_attention(const void *query, int64_t query_stride, void *out,
                            const int64_t *block_tables, int64_t table_stride,
                            const int64_t *seq_lens, int64_t num_seqs, int num_heads,
                            int num_kv_heads, int head_dim, int block_size, float scale,
-                           float k_scale, float v_scale, int num_threads) {
+                           float k_scale, float v_scale, int64_t skip, const void *prior,
+                           const float *prior_lse, int num_threads) {
     if (num_kv_heads <= 0 || num_heads % num_kv_heads || head_dim <= 0 || block_size <= 0 ||
         (block_size & (block_size - 1)))
         return -1;
@@ -226,37 +249,45 @@ int paged_decode_attention(const void *query, int64_t query_stride, void *out,
         init_e4m3_table();
         table_ready = 1;
     }
-    const Problem problem = {query, out, query_stride, out_stride, q_dtype, key, value, kv_dtype, num_heads,
-                             num_kv_heads, head_dim, block_size, scale * k_scale, v_scale};
+    if (skip < 0 || skip % block_size || (skip > 0 && (!prior || !prior_lse))) return -5;
+    const Problem problem = {query,     out,         query_stride,     out_stride,
+                             q_dtype,   key,         value,            kv_dtype,
+                             num_heads, num_kv_heads, head_dim,        block_size,
+                             scale * k_scale, v_scale, skip ? prior : NULL, prior_lse};
     int64_t max_len = 1;
     for (int64_t b = 0; b < num_seqs; ++b) {
-        if (seq_lens[b] < 1) return -4;
-        if (seq_lens[b] > max_len) max_len = seq_lens[b];
+        if (seq_lens[b] <= skip) return -4; /* each sequence keeps a token of its own */
+        if (seq_lens[b] - skip > max_len) max_len = seq_lens[b] - skip;
     }
     int failed = 0;
 #pragma omp parallel num_threads(num_threads) reduction(| : failed)
     {
-        float *scores = malloc(sizeof(float) * (size_t)(num_heads * max_len));
-        float *q = malloc(sizeof(float) * (size_t)(num_heads * head_dim));
-        float *acc = malloc(sizeof(float) * (size_t)(num_heads * head_dim));
-        float *kv_row = malloc(sizeof(float) * (size_t)(num_kv_heads * head_dim));
-        const int ready = scores && q && acc && kv_row;
+        const size_t hd = (size_t)num_heads * head_dim;
+        float *scores = malloc(sizeof(float) * (size_t)num_heads * (size_t)max_len);
+        float *q = malloc(sizeof(float) * hd), *acc = malloc(sizeof(float) * hd);
+        float *row = malloc(sizeof(float) * hd), *lse = malloc(sizeof(float) * num_heads);
+        const int ready = scores && q && acc && row && lse;
         failed = !ready;
 #pragma omp for schedule(dynamic, 1)
-        for (int64_t b = 0; b < num_seqs; ++b)
+        for (int64_t b = 0; b < num_seqs; ++b) {
             if (!ready) continue;
+            /* The skipped prefix is whole blocks: the sequence's own part starts a block in. */
+            const int64_t *table = block_tables + b * table_stride + skip / block_size;
+            const int64_t len = seq_lens[b] - skip;
 #if defined(__AVX512F__)
-            else if (head_dim % 16 == 0)
-                attend_sequence_avx512(&problem, rows[b], block_tables + b * table_stride,
-                                       seq_lens[b], scores, q, acc);
-#endif
+            if (head_dim % 16 == 0)
+                attend_sequence_avx512(&problem, rows[b], table, len, scores, q, acc, lse);
             else
-                attend_sequence(&problem, rows[b], block_tables + b * table_stride,
-                                seq_lens[b], scores, q, acc, kv_row);
+#endif
+                attend_sequence(&problem, rows[b], table, len, scores, q, acc, lse, row);
+            if (problem.prior) merge_prior(&problem, b, acc, lse, row);
+            store_row(out, rows[b] * out_stride, q_dtype, (int)hd, acc);
+        }
         free(scores);
         free(q);
         free(acc);
-        free(kv_row);
+        free(row);
+        free(lse);
     }
     return failed ? -3 : 0;
 }

@@ -46,19 +46,32 @@ def make_case(
     dtype: torch.dtype,
     pool_dtype: torch.dtype,
     seed: int = 0,
+    shared_blocks: int = 0,
 ) -> PagedCase:
-    """contexts: (tokens cached before this step, new tokens this step) per sequence."""
+    """contexts: (tokens cached before this step, new tokens this step) per sequence.
+
+    ``shared_blocks``: every sequence's first blocks are the same blocks, holding the same
+    keys and values (a cached prompt prefix); each context must fill them.
+    """
     gen = torch.Generator().manual_seed(seed)
     num_blocks = sum(-(-(c + n) // block_size) for c, n in contexts) + 2
     cache = empty_cache(num_blocks, block_size, num_kv_heads, head_dim, pool_dtype)
     order = torch.randperm(num_blocks, generator=gen).tolist()  # scattered blocks
+    shared_len = shared_blocks * block_size
+    shared_table = [order.pop() for _ in range(shared_blocks)]
+    shared_k = torch.randn(shared_len, num_kv_heads, head_dim, generator=gen).to(dtype)
+    shared_v = torch.randn(shared_len, num_kv_heads, head_dim, generator=gen).to(dtype)
     tables, new_slots, starts, seq_lens = [], [], [0], []
     queries, new_keys, new_values = [], [], []
     for cached, new in contexts:
         length = cached + new
-        table = [order.pop() for _ in range(-(-length // block_size))]
-        k = torch.randn(length, num_kv_heads, head_dim, generator=gen).to(dtype)
-        v = torch.randn(length, num_kv_heads, head_dim, generator=gen).to(dtype)
+        if length < shared_len:
+            raise ValueError(f"a context of {length} does not fill the shared blocks")
+        own_blocks = -(-length // block_size) - shared_blocks
+        table = shared_table + [order.pop() for _ in range(own_blocks)]
+        own = (length - shared_len, num_kv_heads, head_dim)
+        k = torch.cat([shared_k, torch.randn(own, generator=gen).to(dtype)])
+        v = torch.cat([shared_v, torch.randn(own, generator=gen).to(dtype)])
         slots = torch.tensor(
             [table[p // block_size] * block_size + p % block_size for p in range(length)]
         )

@@ -12,7 +12,7 @@ import torch
 
 from inference.kernels.attention import TorchAttentionBackend
 from inference.kernels.backends import make_attention_backend
-from inference.kernels.cpu.backend import CpuAttentionBackend
+from inference.kernels.cpu.backend import CASCADE_MIN_TOKENS, CpuAttentionBackend
 from inference.kernels.cpu.build import load_paged_decode
 from inference.kernels.kv_cache import FP8_KV_DTYPE
 
@@ -102,9 +102,53 @@ def test_auto_picks_the_kernel_on_cpu() -> None:
     assert type(make_attention_backend("torch", torch.device("cpu"))) is TorchAttentionBackend
 
 
-def test_a_bad_block_size_is_refused() -> None:
-    lib = load_paged_decode()
-    status = lib.paged_decode_attention(
-        0, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 4, 2, 16, 12, 1.0, 1.0, 1.0, 1
+@pytest.mark.parametrize("build", BUILDS)
+@pytest.mark.parametrize("pool", ["bf16", "fp8", "f32"])
+def test_cascade_over_a_shared_prefix_matches_the_torch_path(pool: str, build: str) -> None:
+    """Decodes sharing 5 blocks (80 tokens): the shared part is attended once for all."""
+    pool_dtype = {"bf16": torch.bfloat16, "fp8": FP8_KV_DTYPE, "f32": torch.float32}[pool]
+    dtype = torch.float32 if pool == "f32" else torch.bfloat16
+    contexts = [(80, 1), (95, 1), (96, 1), (130, 1), (81, 20)]  # the last one is a chunk
+    case = make_case(
+        contexts,
+        group=3,
+        num_kv_heads=2,
+        head_dim=64,
+        block_size=16,
+        dtype=dtype,
+        pool_dtype=pool_dtype,
+        shared_blocks=5,
     )
-    assert status == -1
+    assert case.meta.decode_shared_blocks == 5
+    assert CASCADE_MIN_TOKENS <= 5 * 16  # the cascade path really runs
+    scale = 64**-0.5
+    expected = TorchAttentionBackend().forward(case.query, case.cache, case.meta, scale)
+    actual = backend(build).forward(case.query, case.cache, case.meta, scale)
+    if pool == "f32":
+        torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
+    else:
+        assert_close_bf16(actual, expected)
+
+
+def test_shared_blocks_stop_short_of_every_decodes_last_token() -> None:
+    """A decode whose whole context is shared blocks keeps its last block to itself."""
+    case = make_case(
+        [(31, 1), (40, 1)],
+        group=1,
+        num_kv_heads=2,
+        head_dim=16,
+        block_size=16,
+        dtype=torch.float32,
+        pool_dtype=torch.float32,
+        shared_blocks=2,
+    )
+    assert case.meta.decode_shared_blocks == 1
+
+
+def test_bad_arguments_are_refused() -> None:
+    lib = load_paged_decode()
+    args = [0, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 4, 2, 16, 16, 1.0, 1.0, 1.0, 0, 0, 0, 1]
+    block_size = 13
+    assert lib.paged_decode_attention(*args[:16], block_size, *args[17:]) == -1
+    skip_without_prior = 16
+    assert lib.paged_decode_attention(*args[:20], skip_without_prior, *args[21:]) == -5
