@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from inference.kernels.attention import (
@@ -184,8 +183,9 @@ class LlamaForCausalLM(nn.Module):
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """(N, hidden) -> (N, vocab) float32."""
-        weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return F.linear(hidden, weight).float()
+        head = self.model.embed_tokens.unembed if self.lm_head is None else self.lm_head
+        logits: torch.Tensor = head(hidden)
+        return logits.float()
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Load Hugging Face-named tensors; raise ValueError on missing/unexpected/bad shape."""

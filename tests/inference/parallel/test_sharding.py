@@ -123,7 +123,7 @@ def test_shard_model_keeps_local_heads_and_fp8_reaches_wrapped_layers() -> None:
     assert isinstance(mlp.down_proj, RowParallel) and mlp.down_proj.inner.in_features == 24
     assert model.lm_head is not None and model.lm_head.weight.shape == (64, 32)  # replicated
     # The FP8 pass swaps FusedLinear by attribute, inside the wrappers too.
-    assert quantize_model_fp8(model) == 4 * 2
+    assert quantize_model_fp8(model) == 4 * 2 + 1  # and the replicated lm_head
     assert isinstance(attn.o_proj, RowParallel) and isinstance(attn.o_proj.inner, Fp8Linear)
     assert isinstance(attn.qkv_proj, Fp8Linear) and attn.qkv_proj.shard_sizes == [16, 8, 8]
 
