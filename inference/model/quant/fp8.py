@@ -7,7 +7,8 @@ never to the weight, which stays 1 byte per parameter in memory.
 A layer may instead scale groups of ``group_size`` consecutive input columns of a row
 (``weight_scale`` (out, ceil(in / group_size))): finer, at 4 bytes a group. It is
 dequantized before its matmul, in slices of rows, on every device. The output projection
-is quantized that way (see `apply.py` for why).
+is quantized that way (see `apply.py` for why), and block-wise checkpoints (DeepSeek's
+128x128 blocks) load that way, each block's scale repeated over its rows.
 
 - CPU (and CUDA before compute capability 8.9): the weight is upcast to the activation
   dtype on the fly, one layer at a time.
@@ -106,14 +107,16 @@ class Fp8Linear(nn.Module):
         device: torch.device | str,
         input_scale: bool = False,
         group_size: int | None = None,
+        block_rows: int | None = None,
     ) -> None:
         super().__init__()
         if in_features <= 0:
             raise ValueError(f"in_features must be positive, got {in_features}")
-        if group_size is not None and group_size <= 0:
-            raise ValueError(f"group_size must be positive, got {group_size}")
-        if group_size is not None and input_scale:
-            raise ValueError("a layer with grouped weight scales takes no static input_scale")
+        for name, size in (("group_size", group_size), ("block_rows", block_rows)):
+            if size is not None and size <= 0:
+                raise ValueError(f"{name} must be positive, got {size}")
+        if block_rows is not None and group_size is None:
+            raise ValueError("block_rows needs a group_size (block-wise scales are grouped)")
         if not shard_sizes or min(shard_sizes) <= 0:
             raise ValueError(f"shard sizes must be positive, got {shard_sizes}")
         if dtype not in (torch.float32, torch.bfloat16, torch.float16):
@@ -123,6 +126,8 @@ class Fp8Linear(nn.Module):
         self.shard_sizes = list(shard_sizes)
         self.dtype = dtype
         self.group_size = group_size
+        # A block-wise checkpoint's scales cover this many rows each; spread on load.
+        self.block_rows = block_rows
         out = sum(shard_sizes)
         self.weight = nn.Parameter(
             torch.empty(out, in_features, dtype=FP8_DTYPE, device=device), requires_grad=False
@@ -187,13 +192,18 @@ class Fp8Linear(nn.Module):
             target.copy_(tensor)
         elif param_name == "weight_scale" and self.group_size is not None:
             groups = self.weight_scale.shape[1]
-            if tuple(tensor.shape) != (size, groups):
+            scale = tensor.float()
+            row_blocks = size if self.block_rows is None else -(-size // self.block_rows)
+            if tuple(scale.shape) != (row_blocks, groups):
                 raise ValueError(
-                    f"tensor {name} has shape {tuple(tensor.shape)}; expected ({size}, {groups})"
+                    f"tensor {name} has shape {tuple(tensor.shape)}; "
+                    f"expected ({row_blocks}, {groups})"
                 )
-            if not bool((tensor > 0).all()):
+            if not bool((scale > 0).all()):
                 raise ValueError(f"tensor {name} holds a scale that is not positive")
-            self.weight_scale.data[rows] = tensor.float()
+            if self.block_rows is not None:  # one row of scales per block of rows
+                scale = scale.repeat_interleave(self.block_rows, dim=0)[:size]
+            self.weight_scale.data[rows] = scale
         elif param_name == "weight_scale":
             scale = tensor.float()
             if scale.numel() == 1:  # per-tensor: every row of the shard shares it
@@ -260,7 +270,7 @@ class Fp8Linear(nn.Module):
         return (
             f"in_features={self.in_features}, shard_sizes={self.shard_sizes}, "
             f"bias={self.bias is not None}, static_input_scale={self.input_scale is not None}, "
-            f"group_size={self.group_size}"
+            f"group_size={self.group_size}, block_rows={self.block_rows}"
         )
 
 
@@ -315,8 +325,13 @@ def replace_linears(
     return len(targets)
 
 
-def empty_fp8_like(linear: FusedLinear, *, input_scale: bool) -> Fp8Linear:
-    """An Fp8Linear of `linear`'s shape and device, to be filled by a pre-quantized checkpoint."""
+def empty_fp8_like(
+    linear: FusedLinear, *, input_scale: bool, block: tuple[int, int] | None = None
+) -> Fp8Linear:
+    """An Fp8Linear of `linear`'s shape and device, to be filled by a pre-quantized checkpoint.
+
+    `block` (rows, columns): the checkpoint's weight scales are block-wise.
+    """
     return Fp8Linear(
         linear.in_features,
         linear.shard_sizes,
@@ -324,4 +339,6 @@ def empty_fp8_like(linear: FusedLinear, *, input_scale: bool) -> Fp8Linear:
         dtype=linear.weight.dtype,
         device=linear.weight.device,
         input_scale=input_scale,
+        group_size=None if block is None else block[1],
+        block_rows=None if block is None else block[0],
     )

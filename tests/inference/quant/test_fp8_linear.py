@@ -183,10 +183,26 @@ def test_grouped_fp8_linear_matches_its_dequantized_weight_in_slices(
     assert fp8.weight_scale[24:32].eq(0.5).all()
     with pytest.raises(ValueError, match=r"expected \(8, 3\)"):
         fp8.load_shard("weight_scale", 1, torch.ones(8), "k.weight_scale")
-    with pytest.raises(ValueError, match="input_scale"):
-        Fp8Linear(
-            48, [8], bias=False, dtype=torch.float32, device="cpu", input_scale=True, group_size=16
-        )
+    with pytest.raises(ValueError, match="block_rows needs a group_size"):
+        Fp8Linear(48, [8], bias=False, dtype=torch.float32, device="cpu", block_rows=16)
+
+
+def test_block_scales_spread_over_their_rows_on_load() -> None:
+    # Blocks of 16 rows x 32 columns over shards of 24 and 8 rows and 48 columns:
+    # partial blocks at the end of both.
+    fp8 = Fp8Linear(48, [24, 8], bias=False, dtype=torch.float32, device="cpu", group_size=32)
+    fp8.block_rows = 16
+    fp8.load_shard("weight", 0, torch.ones(24, 48).to(FP8_DTYPE), "q.weight")
+    fp8.load_shard("weight", 1, torch.ones(8, 48).to(FP8_DTYPE), "k.weight")
+    fp8.load_shard("weight_scale", 0, torch.tensor([[1.0, 2.0], [3.0, 4.0]]), "q.weight_scale")
+    fp8.load_shard("weight_scale", 1, torch.tensor([[5.0, 6.0]]), "k.weight_scale")
+    expected = [[1.0, 2.0]] * 16 + [[3.0, 4.0]] * 8 + [[5.0, 6.0]] * 8
+    assert fp8.weight_scale.tolist() == expected
+    # Row sums: 32 columns at the first scale, 16 at the second.
+    out = fp8(torch.ones(1, 48))[0]
+    assert out.tolist() == [32 * a + 16 * b for a, b in expected]
+    with pytest.raises(ValueError, match=r"expected \(1, 2\)"):
+        fp8.load_shard("weight_scale", 1, torch.ones(8, 2), "k.weight_scale")
 
 
 def test_fp8_embedding_looks_up_and_unembeds_one_table() -> None:
