@@ -5,8 +5,9 @@ so the matmul is ``y = (x @ q.T) * scale (+ bias)``: the scale applies to the ou
 never to the weight, which stays 1 byte per parameter in memory.
 
 A layer may instead scale groups of ``group_size`` consecutive input columns of a row
-(``weight_scale`` (out, ceil(in / group_size))): finer, at 4 bytes a group. It is
-dequantized before its matmul, in slices of rows, on every device. The output projection
+(``weight_scale`` (out, ceil(in / group_size))): finer, at 4 bytes a group. On CUDA a
+Triton kernel reads its e4m3 bytes and scales them in registers; elsewhere it is
+dequantized before the matmul, in slices of rows. The output projection
 is quantized that way (see `apply.py` for why), and block-wise checkpoints (DeepSeek's
 128x128 blocks) load that way, each block's scale repeated over its rows.
 
@@ -146,6 +147,7 @@ class Fp8Linear(nn.Module):
             if bias
             else None
         )
+        self._grouped_matmul = GroupedFp8Matmul()
         # torch._scaled_mm takes per-row weight scales only.
         self._use_scaled_mm = group_size is None and _scaled_mm_supported(device, in_features, out)
 
@@ -242,7 +244,7 @@ class Fp8Linear(nn.Module):
 
     def _forward_dequant(self, x: torch.Tensor) -> torch.Tensor:
         if self.group_size is not None:
-            y = grouped_fp8_linear(x, self.weight, self.weight_scale, self.group_size)
+            y = self._grouped_matmul(x, self.weight, self.weight_scale, self.group_size)
         else:
             y = F.linear(x, self.weight.to(x.dtype)) * self.weight_scale.to(x.dtype)
         return y if self.bias is None else y + self.bias
@@ -272,6 +274,28 @@ class Fp8Linear(nn.Module):
             f"bias={self.bias is not None}, static_input_scale={self.input_scale is not None}, "
             f"group_size={self.group_size}, block_rows={self.block_rows}"
         )
+
+
+class GroupedFp8Matmul:
+    """``x @ dequantize(q, scale).T`` for grouped scales, as a layer runs it: the Triton
+    kernel (`inference/kernels/triton/fp8_matmul.py`) on CUDA, `grouped_fp8_linear`
+    elsewhere and, for good, after the kernel fails once."""
+
+    def __init__(self) -> None:
+        self.use_triton = True
+
+    def __call__(
+        self, x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, group_size: int
+    ) -> torch.Tensor:
+        if self.use_triton and x.is_cuda:
+            try:
+                from inference.kernels.triton.fp8_matmul import grouped_fp8_matmul
+
+                return grouped_fp8_matmul(x, q, scale, group_size)
+            except Exception as err:  # no triton, or a GPU it cannot compile for
+                log.warning("grouped FP8 Triton matmul failed (%s); dequantizing instead", err)
+                self.use_triton = False
+        return grouped_fp8_linear(x, q, scale, group_size)
 
 
 def grouped_fp8_linear(

@@ -13,8 +13,8 @@ from torch import nn
 from inference.model.layers.embedding import VocabEmbedding
 from inference.model.quant.fp8 import (
     FP8_DTYPE,
+    GroupedFp8Matmul,
     dequantize_weight_fp8,
-    grouped_fp8_linear,
     quantize_weight_fp8,
 )
 
@@ -42,6 +42,7 @@ class Fp8Embedding(nn.Module):
             torch.ones(vocab_size, groups, dtype=torch.float32, device=device),
             requires_grad=False,
         )
+        self._matmul = GroupedFp8Matmul()
 
     @classmethod
     def from_embedding(cls, embedding: VocabEmbedding, *, group_size: int) -> Fp8Embedding:
@@ -60,7 +61,7 @@ class Fp8Embedding(nn.Module):
 
     def unembed(self, hidden: torch.Tensor) -> torch.Tensor:  # (N, hidden) -> (N, vocab)
         """Logits of a tied output projection: ``hidden @ table.T``."""
-        return grouped_fp8_linear(hidden, self.weight, self.weight_scale, self.group_size)
+        return self._matmul(hidden, self.weight, self.weight_scale, self.group_size)
 
     def extra_repr(self) -> str:
         vocab, hidden = self.weight.shape
