@@ -2,9 +2,10 @@
 
 Measured on SmolLM2-135M (docs/engine.md): e4m3 rounding of the output projection moves
 the logits more than that of any decoder layer, and a scale per group of 16 hidden columns
-halves that damage for 0.25 extra bytes a parameter, while groups in the decoder's layers
-buy little for their bytes. The embedding table is quantized too (its lookups hardly
-notice), so a tied model holds one FP8 table and the whole model is about half of bf16.
+cuts that damage to about a third for 0.25 extra bytes a parameter, while groups in the
+decoder's layers buy little for their bytes. The embedding table is quantized too (its
+lookups hardly notice), so a tied model holds one FP8 table and the whole model is about
+half of bf16.
 """
 
 from __future__ import annotations

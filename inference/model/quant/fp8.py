@@ -7,12 +7,12 @@ never to the weight, which stays 1 byte per parameter in memory.
 A layer may instead scale groups of ``group_size`` consecutive input columns of a row
 (``weight_scale`` (out, ceil(in / group_size))): finer, at 4 bytes a group. On CUDA a
 Triton kernel reads its e4m3 bytes and scales them in registers; elsewhere it is
-dequantized before the matmul, in slices of rows. The output projection
-is quantized that way (see `apply.py` for why), and block-wise checkpoints (DeepSeek's
-128x128 blocks) load that way, each block's scale repeated over its rows.
+dequantized before the matmul, in slices of rows. The output projection is quantized
+that way (see `apply.py` for why), and block-wise checkpoints (DeepSeek's 128x128
+blocks) load that way, each block's scale repeated over its rows.
 
-- CPU (and CUDA before compute capability 8.9): the weight is upcast to the activation
-  dtype on the fly, one layer at a time.
+- CPU (and CUDA before compute capability 8.9): a per-row weight is upcast to the
+  activation dtype on the fly, one layer at a time.
 - CUDA 8.9+: ``torch._scaled_mm`` on FP8 tensor cores, with each token's activations
   quantized to e4m3 under its own scale (dynamic, per token) or under the checkpoint's
   static ``input_scale``. Any failure there falls back to the dequantizing path for good.
