@@ -92,12 +92,16 @@ def grouped_fp8_matmul(
     scale: torch.Tensor,
     group_size: int,
     *,
-    block_m: int = 16,
+    block_m: int | None = None,
     block_n: int = 64,
     block_k: int = 64,
 ) -> torch.Tensor:
     """x (..., K) in float32/float16/bfloat16, weight (N, K) e4m3, scale (N, ceil(K / group))
-    float32 -> (..., N) in x's dtype."""
+    float32 -> (..., N) in x's dtype.
+
+    ``block_m`` defaults to 16 rows (the least a dot takes) for decode-sized batches and 64
+    for prefills, where each weight tile is then read once per 64 tokens.
+    """
     if weight.dtype != torch.float8_e4m3fn or weight.dim() != 2:
         raise ValueError(f"weight must be 2-D float8_e4m3fn, got {weight.dtype} {weight.dim()}-D")
     num_out, k_dim = weight.shape
@@ -115,6 +119,8 @@ def grouped_fp8_matmul(
     if x2.stride(1) != 1:
         x2 = x2.contiguous()
     out = torch.empty(x2.shape[0], num_out, dtype=x.dtype, device=x.device)
+    if block_m is None:
+        block_m = 16 if x2.shape[0] <= 16 else 64
     if x2.shape[0] > 0:
         grid = (triton.cdiv(x2.shape[0], block_m), triton.cdiv(num_out, block_n))
         _grouped_fp8_matmul_kernel[grid](
