@@ -102,7 +102,7 @@ def check_case(
         "case": f"group={group} block={block_size} kv={'fp8' if fp8 else 'bf16'} d={head_dim}",
         "seqs": len(contexts),
         "tokens": starts[-1],
-        "attention_rel_error": round(error, 6),
+        "rel_error": round(error, 6),
         "kv_bytes_equal": round(min(written), 4),
         # bf16 keys divided in bf16 by the torch path and in float32 by the kernel may
         # round once differently in e4m3; a model-dtype pool must match exactly.
@@ -110,10 +110,38 @@ def check_case(
     }
 
 
+def check_grouped_fp8_matmul(
+    device: torch.device, *, tokens: int, out_features: int, in_features: int, group_size: int
+) -> dict[str, Any]:
+    """The grouped FP8 matmul (bf16 activations) against its torch path."""
+    from inference.kernels.triton.fp8_matmul import grouped_fp8_matmul
+    from inference.model.quant.fp8 import grouped_fp8_linear, quantize_weight_fp8
+
+    gen = torch.Generator().manual_seed(tokens + out_features)
+    weight = torch.randn(out_features, in_features, generator=gen).to(device)
+    q, scale = quantize_weight_fp8(weight, group_size)
+    x = torch.randn(tokens, in_features, generator=gen).to(device, torch.bfloat16)
+    expected = grouped_fp8_linear(x, q, scale, group_size).float()
+    actual = grouped_fp8_matmul(x, q, scale, group_size).float()
+    error = float((actual - expected).abs().max() / expected.abs().max().clamp_min(1e-6))
+    return {
+        "case": f"fp8 matmul {out_features}x{in_features} g={group_size}",
+        "seqs": 0,
+        "tokens": tokens,
+        "rel_error": round(error, 6),
+        "kv_bytes_equal": None,
+        "ok": error < BF16_TOLERANCE,
+    }
+
+
 def run_kernel_checks(device: torch.device, *, quick: bool) -> list[dict[str, Any]]:
-    """GQA 1, 3 and 8 x block sizes 16 and 32 x bf16 and fp8 KV (quick: a tiny subset)."""
+    """GQA 1, 3 and 8 x block sizes 16 and 32 x bf16 and fp8 KV, and the grouped FP8
+    matmul at decode and prefill sizes (quick: a tiny subset)."""
     if quick:
-        return [
+        matmul = check_grouped_fp8_matmul(
+            device, tokens=3, out_features=40, in_features=48, group_size=16
+        )
+        return [matmul] + [
             check_case(
                 device,
                 group=3,
@@ -139,6 +167,18 @@ def run_kernel_checks(device: torch.device, *, quick: bool) -> list[dict[str, An
                 head_dim=128 if seed % 2 else 64,
                 num_kv_heads=8 if group == 1 else 4,
                 seed=seed,
+            )
+        )
+    for tokens, (out_features, in_features, group_size) in itertools.product(
+        (1, 300), ((49152, 576, 16), (4096, 2048, 128), (1000, 200, 128))
+    ):
+        results.append(
+            check_grouped_fp8_matmul(
+                device,
+                tokens=tokens,
+                out_features=out_features,
+                in_features=in_features,
+                group_size=group_size,
             )
         )
     return results

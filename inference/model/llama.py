@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from inference.kernels.attention import (
@@ -197,7 +196,8 @@ class LlamaForCausalLM(nn.Module):
             return self.lm_head(hidden).float()
         if self.packed_tied_head is not None:
             return linear_packed(hidden, self.packed_tied_head, None).float()
-        return F.linear(hidden, self.model.embed_tokens.weight).float()
+        logits: torch.Tensor = self.model.embed_tokens.unembed(hidden)
+        return logits.float()
 
     def prepack_for_cpu(self, batch_hint: int) -> int:
         """Prepack every bfloat16 linear weight for oneDNN (see layers/linear.py).
@@ -209,7 +209,7 @@ class LlamaForCausalLM(nn.Module):
         layers = [m for m in layers if can_prepack_for_cpu(m.weight)]
         for layer in layers:
             layer.prepack_for_cpu(batch_hint)
-        table = self.model.embed_tokens.weight
+        table = self.model.embed_tokens.weight  # an FP8 table is not bf16: left alone
         if self.lm_head is None and self.packed_tied_head is None and can_prepack_for_cpu(table):
             self.packed_tied_head = pack_weight_for_cpu(table, batch_hint)
             return len(layers) + 1

@@ -110,12 +110,20 @@ def row_shard(
         raise ValueError(f"{layer.in_features} input features do not split over {world} ranks")
     part = layer.in_features // world
     cols = slice(rank * part, (rank + 1) * part)
+    per_scale = layer.group_size if isinstance(layer, Fp8Linear) else None
+    if per_scale is not None and part % per_scale:
+        raise ValueError(
+            f"{part} input features per rank do not hold whole groups of {per_scale} FP8 scales"
+        )
     params = _params(layer)
     inner = _empty_like(layer, part, layer.shard_sizes, bias=False)
     with torch.no_grad():
         for name, param in params.items():
             if name == "weight":
                 inner.weight.copy_(param[:, cols])
+            elif name == "weight_scale" and per_scale is not None:  # the rank's column groups
+                groups = slice(rank * part // per_scale, (rank + 1) * part // per_scale)
+                getattr(inner, name).copy_(param[:, groups])
             elif name != "bias":  # per-output-row and per-tensor scales stay whole
                 getattr(inner, name).copy_(param)
     bias = params.get("bias")
@@ -173,6 +181,8 @@ def _empty_like(
             dtype=layer.dtype,
             device=device,
             input_scale=layer.input_scale is not None,
+            group_size=layer.group_size,
+            block_rows=layer.block_rows,
         )
     return FusedLinear(
         in_features, shard_sizes, bias=has_bias, dtype=layer.weight.dtype, device=device

@@ -16,3 +16,7 @@ class VocabEmbedding(nn.Module):
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:  # (T,) -> (T, hidden)
         return F.embedding(input_ids, self.weight)
+
+    def unembed(self, hidden: torch.Tensor) -> torch.Tensor:  # (N, hidden) -> (N, vocab)
+        """Logits of a tied output projection: ``hidden @ weight.T``."""
+        return F.linear(hidden, self.weight)

@@ -89,7 +89,7 @@ def load_model(
     model = model_class_for(config)(config, model_dtype, device)
     if fp8 is not None:
         fp8.prepare(model)
-        tensors = fp8.without_kv_scales(tensors)
+        tensors = fp8.filter_tensors(tensors)
     model.load_weights(_with_progress(tensors, total, path.name, progress))
     if fp8 is not None:
         setattr(model, KV_SCALES_ATTRIBUTE, fp8.layer_kv_scales(config.num_layers))

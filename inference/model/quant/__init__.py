@@ -1,7 +1,15 @@
 """Quantized weights: FP8 (e4m3) linear layers, quantized at load or read pre-quantized."""
 
-from inference.model.quant.fp8 import Fp8Linear, quantize_model_fp8, quantize_weight_fp8
+from inference.model.quant.apply import quantize_model_fp8
+from inference.model.quant.fp8 import Fp8Linear, quantize_weight_fp8
+from inference.model.quant.fp8_embedding import Fp8Embedding
 
 QUANTIZATIONS = ("fp8",)
 
-__all__ = ["QUANTIZATIONS", "Fp8Linear", "quantize_model_fp8", "quantize_weight_fp8"]
+__all__ = [
+    "QUANTIZATIONS",
+    "Fp8Embedding",
+    "Fp8Linear",
+    "quantize_model_fp8",
+    "quantize_weight_fp8",
+]

@@ -6,6 +6,11 @@ or per-channel ((out,) or (out, 1)); static activation scales add ``input_scale`
 files carry KV cache scales as ``self_attn.k_scale`` / ``v_scale`` (older ones as
 ``k_proj.output_scale`` / ``v_proj.output_scale``). Which linears are quantized is read
 from the tensors themselves, so a checkpoint that keeps some layers in bf16 loads too.
+
+Block-wise checkpoints (vLLM / DeepSeek ``quant_method: fp8`` with ``weight_block_size``,
+scales named ``weight_scale_inv``; compressed-tensors ``strategy: block`` with
+``block_structure``) hold one scale per (rows x columns) block of a weight; they load into
+grouped Fp8Linear layers (see fp8.py).
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ KV_SCALE_NAMES = {
     "self_attn.v_proj.output_scale": 1,
 }
 LAYER_INDEX = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+# DeepSeek's name for a block-wise weight scale (it multiplies, like weight_scale).
+SCALE_INV_SUFFIX = ".weight_scale_inv"
 
 
 @dataclass
@@ -38,6 +45,7 @@ class Fp8Checkpoint:
 
     quantized: frozenset[str]  # modules whose weights are e4m3
     static_input: frozenset[str]  # those that also have input_scale
+    block: tuple[int, int] | None = None  # (rows, columns) of a block-wise scale
     # Filled while the tensors stream: layer index -> [k_scale, v_scale].
     kv_scales: dict[int, list[float]] = field(default_factory=dict)
 
@@ -46,20 +54,25 @@ class Fp8Checkpoint:
         replaced = replace_linears(
             model,
             lambda name: name in self.quantized,
-            lambda name, linear: empty_fp8_like(linear, input_scale=name in self.static_input),
+            lambda name, linear: empty_fp8_like(
+                linear, input_scale=name in self.static_input, block=self.block
+            ),
         )
         if replaced != len(self.quantized):
             missing = sorted(self.quantized - _linear_names(model))
             raise ValueError(f"FP8 checkpoint has scales for unknown layers: {missing[:3]}")
         return replaced
 
-    def without_kv_scales(
+    def filter_tensors(
         self, tensors: Iterable[tuple[str, torch.Tensor]]
     ) -> Iterator[tuple[str, torch.Tensor]]:
-        """Pass every tensor on except KV cache scales, which are kept in ``kv_scales``."""
+        """Pass every tensor on except KV cache scales, which are kept in ``kv_scales``;
+        ``weight_scale_inv`` passes on as ``weight_scale``."""
         for name, tensor in tensors:
             slot = _kv_scale_slot(name)
             if slot is None:
+                if name.endswith(SCALE_INV_SUFFIX):
+                    name = name.removesuffix(SCALE_INV_SUFFIX) + ".weight_scale"
                 yield name, tensor
                 continue
             layer = LAYER_INDEX.search(name)
@@ -83,9 +96,11 @@ def inspect_fp8_checkpoint(
     """An Fp8Checkpoint when config.json or the tensor dtypes say FP8; None otherwise.
 
     `headers` are (tensor name, safetensors dtype) pairs. Quantization this engine cannot
-    run (other methods, block-wise or e5m2 FP8) is a ValueError naming it.
+    run (other methods, e5m2 FP8) is a ValueError naming it.
     """
-    declared = _declares_fp8(hf_config.get("quantization_config"))
+    config = hf_config.get("quantization_config")
+    declared = _declares_fp8(config)
+    block = _weight_block(config) if declared and isinstance(config, dict) else None
     quantized: set[str] = set()
     static_input: set[str] = set()
     for name, dtype in headers:
@@ -96,6 +111,11 @@ def inspect_fp8_checkpoint(
             quantized.add(_our_module(name))
         elif param == "input_scale":
             static_input.add(_our_module(name))
+        elif param == "weight_scale_inv" and block is None:
+            raise ValueError(
+                f"tensor {name} is a block-wise scale, but config.json gives no "
+                "quantization_config.weight_block_size"
+            )
     if not quantized:
         if declared:
             raise ValueError("config.json declares FP8 quantization, but no weight is e4m3")
@@ -103,7 +123,7 @@ def inspect_fp8_checkpoint(
     stray = static_input - quantized
     if stray:
         raise ValueError(f"input_scale for layers that are not FP8: {sorted(stray)[:3]}")
-    return Fp8Checkpoint(frozenset(quantized), frozenset(static_input))
+    return Fp8Checkpoint(frozenset(quantized), frozenset(static_input), block)
 
 
 def _our_module(hf_name: str) -> str:
@@ -129,10 +149,6 @@ def _declares_fp8(config: object) -> bool:
         raise ValueError("config.json quantization_config must be an object")
     method = config.get("quant_method")
     if method == "fp8":
-        if config.get("weight_block_size"):
-            raise ValueError(
-                "block-wise FP8 (quantization_config.weight_block_size) is not supported"
-            )
         if config.get("fmt", "e4m3") != "e4m3":
             raise ValueError(f"FP8 format {config.get('fmt')!r} is not supported; only e4m3")
         return True
@@ -158,8 +174,34 @@ def _check_compressed_group(name: str, group: object) -> None:
             f"compressed-tensors group {name}: {weights.get('num_bits')}-bit "
             f"{weights.get('type')} weights are not supported; only 8-bit float (FP8)"
         )
-    if weights.get("strategy", "tensor") not in ("tensor", "channel"):
+    if weights.get("strategy", "tensor") not in ("tensor", "channel", "block"):
         raise ValueError(
             f"compressed-tensors group {name}: weight strategy {weights.get('strategy')!r} "
-            "is not supported; only 'tensor' or 'channel'"
+            "is not supported; only 'tensor', 'channel' or 'block'"
         )
+
+
+def _weight_block(config: dict[str, Any]) -> tuple[int, int] | None:
+    """(rows, columns) of a block-wise FP8 checkpoint's scale blocks; None if not block-wise."""
+    blocks: list[object] = []
+    if config.get("quant_method") == "fp8":
+        blocks = [config.get("weight_block_size")] if config.get("weight_block_size") else []
+    else:  # compressed-tensors, already checked by _declares_fp8
+        weights = [group["weights"] for group in config["config_groups"].values()]
+        blocks = [w.get("block_structure") for w in weights if w.get("strategy") == "block"]
+        if blocks and len(blocks) != len(weights):
+            raise ValueError("compressed-tensors groups mixing block-wise and other FP8 weights")
+    if not blocks:
+        return None
+    shapes = set()
+    for block in blocks:
+        if (
+            not isinstance(block, list | tuple)
+            or len(block) != 2
+            or not all(isinstance(n, int) and n > 0 for n in block)
+        ):
+            raise ValueError(f"FP8 weight block {block!r} must be two positive integers")
+        shapes.add((block[0], block[1]))
+    if len(shapes) > 1:
+        raise ValueError(f"FP8 weight blocks of different shapes are not supported: {shapes}")
+    return shapes.pop()

@@ -1,23 +1,30 @@
-"""FP8 weights: a drop-in linear layer holding float8_e4m3fn weights and per-channel scales.
+"""FP8 weights: a drop-in linear layer holding float8_e4m3fn weights and their scales.
 
 A weight row r is stored as ``q[r] = w[r] / scale[r]`` in e4m3 (scale = row amax / 448),
 so the matmul is ``y = (x @ q.T) * scale (+ bias)``: the scale applies to the output,
 never to the weight, which stays 1 byte per parameter in memory.
 
-- CPU (and CUDA before compute capability 8.9): the weight is upcast to the activation
-  dtype on the fly, one layer at a time.
+A layer may instead scale groups of ``group_size`` consecutive input columns of a row
+(``weight_scale`` (out, ceil(in / group_size))): finer, at 4 bytes a group. On CUDA a
+Triton kernel reads its e4m3 bytes and scales them in registers; elsewhere it is
+dequantized before the matmul, in slices of rows. The output projection is quantized
+that way (see `apply.py` for why), and block-wise checkpoints (DeepSeek's 128x128
+blocks) load that way, each block's scale repeated over its rows.
+
+- CPU (and CUDA before compute capability 8.9): a per-row weight is upcast to the
+  activation dtype on the fly, one layer at a time.
 - CUDA 8.9+: ``torch._scaled_mm`` on FP8 tensor cores, with each token's activations
   quantized to e4m3 under its own scale (dynamic, per token) or under the checkpoint's
   static ``input_scale``. Any failure there falls back to the dequantizing path for good.
 
-`quantize_model_fp8` swaps every `FusedLinear` of a loaded model for an `Fp8Linear`, the
-shape of gpt-fast's weight-only int8 handler.
+`quantize_model_fp8` (in `apply.py`) swaps every `FusedLinear` of a loaded model for an
+`Fp8Linear`, the shape of gpt-fast's weight-only int8 handler.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -32,27 +39,57 @@ FP8_MAX = float(torch.finfo(FP8_DTYPE).max)  # 448
 # Smallest scale used: an all-zero row would otherwise divide by zero.
 MIN_SCALE = 1e-12
 SCALED_MM_CAPABILITY = (8, 9)
-# Modules kept in the model dtype: the tied or untied output projection.
-DEFAULT_SKIP = ("lm_head",)
+# A grouped layer dequantizes at most this many weight values at a time.
+DEQUANT_SLICE_ELEMENTS = 1 << 24
 
 
-def quantize_weight_fp8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(out, in) weight -> (e4m3 weight (out, in), float32 per-row scale (out,))."""
+def quantize_weight_fp8(
+    weight: torch.Tensor, group_size: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out, in) weight -> (e4m3 weight (out, in), float32 scale).
+
+    The scale is per row, (out,), or with `group_size` per row and group of that many
+    input columns, (out, ceil(in / group_size)); each row's (group's) largest value maps
+    to 448, so it is stored exactly.
+    """
     if weight.dim() != 2:
         raise ValueError(f"expected a 2-D weight, got shape {tuple(weight.shape)}")
     w = weight.float()
-    scale = (w.abs().amax(dim=1) / FP8_MAX).clamp(min=MIN_SCALE)
-    q = (w / scale[:, None]).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
+    if group_size is None:
+        scale = (w.abs().amax(dim=1) / FP8_MAX).clamp(min=MIN_SCALE)
+        return (w / scale[:, None]).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE), scale
+    if group_size <= 0:
+        raise ValueError(f"group_size must be positive, got {group_size}")
+    out, cols = w.shape
+    groups = -(-cols // group_size)
+    padded = F.pad(w, (0, groups * group_size - cols)).view(out, groups, group_size)
+    scale = (padded.abs().amax(dim=2) / FP8_MAX).clamp(min=MIN_SCALE)
+    q = (w / expand_scale(scale, cols, group_size)).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
     return q, scale
 
 
-def dequantize_weight_fp8(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """The inverse of `quantize_weight_fp8`, in `dtype` (for tests and debugging)."""
-    return (q.float() * scale.float()[:, None]).to(dtype)
+def expand_scale(scale: torch.Tensor, cols: int, group_size: int | None) -> torch.Tensor:
+    """A (rows,) scale, or a (rows, groups) one of `group_size` columns each, as (rows, cols)
+    (broadcast along the columns for the per-row case)."""
+    if group_size is None:
+        return scale[:, None]
+    return scale.repeat_interleave(group_size, dim=1)[:, :cols]
+
+
+def dequantize_weight_fp8(
+    q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype, group_size: int | None = None
+) -> torch.Tensor:
+    """The inverse of `quantize_weight_fp8`, in `dtype`."""
+    rows, cols = q.shape
+    if group_size is not None and cols % group_size == 0:  # no expanded copy of the scale
+        grouped = q.float().view(rows, -1, group_size) * scale.float()[:, :, None]
+        return grouped.view(rows, cols).to(dtype)
+    return (q.float() * expand_scale(scale.float(), cols, group_size)).to(dtype)
 
 
 class Fp8Linear(nn.Module):
-    """A `FusedLinear` whose weight is e4m3 with a float32 scale per output row.
+    """A `FusedLinear` whose weight is e4m3 with a float32 scale per output row (or, with
+    `group_size`, per row and group of input columns).
 
     Same shard layout (``shard_sizes``, ``shard_rows``, ``load_shard``) as FusedLinear, so
     the weight loader and the callers that split q|k|v or gate|up need no change. Loading
@@ -70,10 +107,17 @@ class Fp8Linear(nn.Module):
         dtype: torch.dtype,
         device: torch.device | str,
         input_scale: bool = False,
+        group_size: int | None = None,
+        block_rows: int | None = None,
     ) -> None:
         super().__init__()
         if in_features <= 0:
             raise ValueError(f"in_features must be positive, got {in_features}")
+        for name, size in (("group_size", group_size), ("block_rows", block_rows)):
+            if size is not None and size <= 0:
+                raise ValueError(f"{name} must be positive, got {size}")
+        if block_rows is not None and group_size is None:
+            raise ValueError("block_rows needs a group_size (block-wise scales are grouped)")
         if not shard_sizes or min(shard_sizes) <= 0:
             raise ValueError(f"shard sizes must be positive, got {shard_sizes}")
         if dtype not in (torch.float32, torch.bfloat16, torch.float16):
@@ -82,12 +126,16 @@ class Fp8Linear(nn.Module):
         self.in_features = in_features
         self.shard_sizes = list(shard_sizes)
         self.dtype = dtype
+        self.group_size = group_size
+        # A block-wise checkpoint's scales cover this many rows each; spread on load.
+        self.block_rows = block_rows
         out = sum(shard_sizes)
         self.weight = nn.Parameter(
             torch.empty(out, in_features, dtype=FP8_DTYPE, device=device), requires_grad=False
         )
+        scale_shape = (out,) if group_size is None else (out, -(-in_features // group_size))
         self.weight_scale = nn.Parameter(
-            torch.ones(out, dtype=torch.float32, device=device), requires_grad=False
+            torch.ones(scale_shape, dtype=torch.float32, device=device), requires_grad=False
         )
         self.input_scale = (
             nn.Parameter(torch.zeros((), dtype=torch.float32, device=device), requires_grad=False)
@@ -99,10 +147,12 @@ class Fp8Linear(nn.Module):
             if bias
             else None
         )
-        self._use_scaled_mm = _scaled_mm_supported(device, in_features, out)
+        self._grouped_matmul = GroupedFp8Matmul()
+        # torch._scaled_mm takes per-row weight scales only.
+        self._use_scaled_mm = group_size is None and _scaled_mm_supported(device, in_features, out)
 
     @classmethod
-    def from_linear(cls, linear: FusedLinear) -> Fp8Linear:
+    def from_linear(cls, linear: FusedLinear, *, group_size: int | None = None) -> Fp8Linear:
         """Quantize a loaded FusedLinear (or Linear) into a new Fp8Linear on its device."""
         weight = linear.weight.data
         layer = cls(
@@ -111,8 +161,9 @@ class Fp8Linear(nn.Module):
             bias=linear.bias is not None,
             dtype=weight.dtype,
             device=weight.device,
+            group_size=group_size,
         )
-        q, scale = quantize_weight_fp8(weight)
+        q, scale = quantize_weight_fp8(weight, group_size)
         layer.weight.data.copy_(q)
         layer.weight_scale.data.copy_(scale)
         if linear.bias is not None and layer.bias is not None:
@@ -141,6 +192,20 @@ class Fp8Linear(nn.Module):
                 raise ValueError(f"tensor {name} is {tensor.dtype}; an FP8 layer needs e4m3")
             _check_shape(tensor, target.shape, name)
             target.copy_(tensor)
+        elif param_name == "weight_scale" and self.group_size is not None:
+            groups = self.weight_scale.shape[1]
+            scale = tensor.float()
+            row_blocks = size if self.block_rows is None else -(-size // self.block_rows)
+            if tuple(scale.shape) != (row_blocks, groups):
+                raise ValueError(
+                    f"tensor {name} has shape {tuple(tensor.shape)}; "
+                    f"expected ({row_blocks}, {groups})"
+                )
+            if not bool((scale > 0).all()):
+                raise ValueError(f"tensor {name} holds a scale that is not positive")
+            if self.block_rows is not None:  # one row of scales per block of rows
+                scale = scale.repeat_interleave(self.block_rows, dim=0)[:size]
+            self.weight_scale.data[rows] = scale
         elif param_name == "weight_scale":
             scale = tensor.float()
             if scale.numel() == 1:  # per-tensor: every row of the shard shares it
@@ -178,7 +243,10 @@ class Fp8Linear(nn.Module):
         return self._forward_dequant(x)
 
     def _forward_dequant(self, x: torch.Tensor) -> torch.Tensor:
-        y = F.linear(x, self.weight.to(x.dtype)) * self.weight_scale.to(x.dtype)
+        if self.group_size is not None:
+            y = self._grouped_matmul(x, self.weight, self.weight_scale, self.group_size)
+        else:
+            y = F.linear(x, self.weight.to(x.dtype)) * self.weight_scale.to(x.dtype)
         return y if self.bias is None else y + self.bias
 
     def _forward_scaled_mm(self, x: torch.Tensor) -> torch.Tensor:
@@ -203,8 +271,49 @@ class Fp8Linear(nn.Module):
     def extra_repr(self) -> str:
         return (
             f"in_features={self.in_features}, shard_sizes={self.shard_sizes}, "
-            f"bias={self.bias is not None}, static_input_scale={self.input_scale is not None}"
+            f"bias={self.bias is not None}, static_input_scale={self.input_scale is not None}, "
+            f"group_size={self.group_size}, block_rows={self.block_rows}"
         )
+
+
+class GroupedFp8Matmul:
+    """``x @ dequantize(q, scale).T`` for grouped scales, as a layer runs it: the Triton
+    kernel (`inference/kernels/triton/fp8_matmul.py`) on CUDA, `grouped_fp8_linear`
+    elsewhere and, for good, after the kernel fails once."""
+
+    def __init__(self) -> None:
+        self.use_triton = True
+
+    def __call__(
+        self, x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, group_size: int
+    ) -> torch.Tensor:
+        if self.use_triton and x.is_cuda:
+            try:
+                from inference.kernels.triton.fp8_matmul import grouped_fp8_matmul
+
+                return grouped_fp8_matmul(x, q, scale, group_size)
+            except Exception as err:  # no triton, or a GPU it cannot compile for
+                log.warning("grouped FP8 Triton matmul failed (%s); dequantizing instead", err)
+                self.use_triton = False
+        return grouped_fp8_linear(x, q, scale, group_size)
+
+
+def grouped_fp8_linear(
+    x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, group_size: int
+) -> torch.Tensor:
+    """``x @ dequantize(q, scale).T`` for a grouped scale, (..., in) -> (..., out).
+
+    The weight is dequantized in slices of rows, so a large one (a vocabulary-sized output
+    projection) never exists whole in the activation dtype.
+    """
+    rows = max(1, DEQUANT_SLICE_ELEMENTS // q.shape[1])
+    if rows >= q.shape[0]:
+        return F.linear(x, dequantize_weight_fp8(q, scale, x.dtype, group_size))
+    parts = [
+        F.linear(x, dequantize_weight_fp8(q[i : i + rows], s, x.dtype, group_size))
+        for i, s in zip(range(0, q.shape[0], rows), scale.split(rows), strict=True)
+    ]
+    return torch.cat(parts, dim=-1)
 
 
 def _check_shape(tensor: torch.Tensor, shape: torch.Size, name: str) -> None:
@@ -219,21 +328,6 @@ def _scaled_mm_supported(device: torch.device, in_features: int, out_features: i
     if in_features % 16 or out_features % 16:
         return False
     return torch.cuda.get_device_capability(device) >= SCALED_MM_CAPABILITY
-
-
-def quantize_model_fp8(model: nn.Module, *, skip: Collection[str] = DEFAULT_SKIP) -> int:
-    """Replace every FusedLinear in `model` by an Fp8Linear quantized from it, in place.
-
-    The tree is walked generically, so linears wrapped in other modules are found too;
-    each is swapped by attribute on its parent, which frees its weight in the model
-    dtype. Modules whose own name is in `skip` (the output projection) are kept, and so
-    is the embedding (it is no FusedLinear). Returns the number of layers replaced.
-    """
-    return replace_linears(
-        model,
-        lambda name: name.rpartition(".")[2] not in skip,
-        lambda _name, linear: Fp8Linear.from_linear(linear),
-    )
 
 
 def replace_linears(
@@ -255,8 +349,13 @@ def replace_linears(
     return len(targets)
 
 
-def empty_fp8_like(linear: FusedLinear, *, input_scale: bool) -> Fp8Linear:
-    """An Fp8Linear of `linear`'s shape and device, to be filled by a pre-quantized checkpoint."""
+def empty_fp8_like(
+    linear: FusedLinear, *, input_scale: bool, block: tuple[int, int] | None = None
+) -> Fp8Linear:
+    """An Fp8Linear of `linear`'s shape and device, to be filled by a pre-quantized checkpoint.
+
+    `block` (rows, columns): the checkpoint's weight scales are block-wise.
+    """
     return Fp8Linear(
         linear.in_features,
         linear.shard_sizes,
@@ -264,4 +363,6 @@ def empty_fp8_like(linear: FusedLinear, *, input_scale: bool) -> Fp8Linear:
         dtype=linear.weight.dtype,
         device=linear.weight.device,
         input_scale=input_scale,
+        group_size=None if block is None else block[1],
+        block_rows=None if block is None else block[0],
     )

@@ -17,7 +17,7 @@ SCRIPT = textwrap.dedent(
     import triton, triton.language as tl
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
-    from inference.kernels.triton import chunk_attention, decode_attention, kv_write
+    from inference.kernels.triton import chunk_attention, decode_attention, fp8_matmul, kv_write
 
     def build(fn, signature, constants):
         signature = {**signature, **dict.fromkeys(constants, "constexpr")}
@@ -52,6 +52,14 @@ SCRIPT = textwrap.dedent(
         {**attention, "query_start_ptr": "*i32"},
         {"GROUP": 3, "HEAD_DIM": 64, "BLOCK_D": 64, "BLOCK_G": 4, "BLOCK_Q": 16,
          "BLOCK_N": 64, **dots},
+    )
+    build(
+        fp8_matmul._grouped_fp8_matmul_kernel,
+        {"x_ptr": "*bf16", "w_ptr": "*fp8e4nv", "s_ptr": "*fp32", "y_ptr": "*bf16",
+         "M": "i32", "N": "i32", "K": "i32",
+         **strides("stride_xm", "stride_wn", "stride_sn", "stride_ym")},
+        {"GROUP_K": 16, "BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 64, "DOT_DTYPE": tl.bfloat16,
+         "DOT_PRECISION": "tf32", "IS_BF16": True},
     )
     print("compiled")
     """

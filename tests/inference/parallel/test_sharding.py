@@ -96,6 +96,26 @@ def test_row_shards_sum_to_the_full_layer_with_the_bias_once() -> None:
     torch.testing.assert_close(partial + parts[0].bias, full(x), rtol=1e-5, atol=1e-5)
 
 
+def test_grouped_fp8_shards_keep_their_column_groups() -> None:
+    # A block-wise checkpoint's layer: scales per 8 input columns, row- and column-split.
+    full = Fp8Linear.from_linear(random_linear([32, 16], bias=False, in_features=48), group_size=8)
+    x = torch.randn(5, 48)
+    parts = [row_shard(full, rank, 2, None) for rank in range(2)]
+    assert all(isinstance(p.inner, Fp8Linear) and p.inner.group_size == 8 for p in parts)
+    assert parts[1].inner.weight_scale.shape == (48, 3)
+    torch.testing.assert_close(parts[1].inner.weight_scale, full.weight_scale[:, 3:])
+    partial = sum(p.inner(x[:, rank * 24 : (rank + 1) * 24]) for rank, p in enumerate(parts))
+    assert isinstance(partial, torch.Tensor)
+    torch.testing.assert_close(partial, full(x), rtol=1e-5, atol=1e-5)
+    columns = [column_shard(full, rank, 2) for rank in range(2)]
+    assert isinstance(columns[0], Fp8Linear) and columns[0].weight_scale.shape == (24, 6)
+    halves = [c(x).split(c.shard_sizes, dim=-1) for c in columns]
+    rebuilt = torch.cat([halves[0][0], halves[1][0], halves[0][1], halves[1][1]], dim=-1)
+    torch.testing.assert_close(rebuilt, full(x), rtol=0, atol=0)
+    with pytest.raises(ValueError, match="whole groups of 8"):
+        row_shard(full, 0, 4, None)  # 12 columns per rank
+
+
 def test_divisibility_errors_name_both_numbers() -> None:
     with pytest.raises(ValueError, match=r"num_heads \(6\) .* tensor_parallel_size \(4\)"):
         check_tensor_parallel(arch(num_attention_heads=6, num_key_value_heads=2), 4)
@@ -123,7 +143,7 @@ def test_shard_model_keeps_local_heads_and_fp8_reaches_wrapped_layers() -> None:
     assert isinstance(mlp.down_proj, RowParallel) and mlp.down_proj.inner.in_features == 24
     assert model.lm_head is not None and model.lm_head.weight.shape == (64, 32)  # replicated
     # The FP8 pass swaps FusedLinear by attribute, inside the wrappers too.
-    assert quantize_model_fp8(model) == 4 * 2
+    assert quantize_model_fp8(model) == 4 * 2 + 1  # and the replicated lm_head
     assert isinstance(attn.o_proj, RowParallel) and isinstance(attn.o_proj.inner, Fp8Linear)
     assert isinstance(attn.qkv_proj, Fp8Linear) and attn.qkv_proj.shard_sizes == [16, 8, 8]
 

@@ -126,11 +126,63 @@ def test_fp8_checkpoint_logits_match_its_dequantized_weights(
         torch.testing.assert_close(PagedDriver(model).step({0: tokens}), expected)
 
 
+def quantize_blockwise(source: Path, target: Path, block: tuple[int, int]) -> dict:
+    """`target`: source's checkpoint with block-wise e4m3 weights and DeepSeek's names
+    (``weight_scale_inv``, ``weight_block_size``); return the float32 dequantized tensors."""
+    rows, cols = block
+    out: dict[str, torch.Tensor] = {}
+    dequantized: dict[str, torch.Tensor] = {}
+    for name, tensor in load_file(str(source / "model.safetensors")).items():
+        if ".layers." not in name or not name.endswith("_proj.weight"):
+            out[name] = dequantized[name] = tensor
+            continue
+        n, k = tensor.shape
+        nb, kb = -(-n // rows), -(-k // cols)
+        padded = torch.nn.functional.pad(tensor, (0, kb * cols - k, 0, nb * rows - n))
+        blocks = padded.view(nb, rows, kb, cols)
+        scale = blocks.abs().amax(dim=(1, 3)) / FP8_MAX  # (nb, kb)
+        full = scale.repeat_interleave(rows, 0).repeat_interleave(cols, 1)[:n, :k]
+        q = (tensor / full).to(FP8_DTYPE)
+        out[name], out[name.removesuffix("weight") + "weight_scale_inv"] = q, scale
+        dequantized[name] = q.float() * full
+    target.mkdir()
+    save_file(out, str(target / "model.safetensors"))
+    config = json.loads((source / "config.json").read_text())
+    config["quantization_config"] = {
+        "quant_method": "fp8",
+        "fmt": "e4m3",
+        "activation_scheme": "dynamic",
+        "weight_block_size": list(block),
+    }
+    (target / "config.json").write_text(json.dumps(config))
+    return dequantized
+
+
+@pytest.mark.parametrize("block", [(16, 16), (24, 48)])  # whole blocks; partial ones
+def test_blockwise_fp8_checkpoint_loads_grouped_and_matches_its_dequantized_weights(
+    tmp_path: Path, block: tuple[int, int]
+) -> None:
+    source = make_checkpoint("llama", tmp_path / "source")
+    dequantized = quantize_blockwise(source, tmp_path / "blocks", block)
+    reference = tmp_path / "reference"
+    reference.mkdir()
+    save_file(dequantized, str(reference / "model.safetensors"))
+    (reference / "config.json").write_text((source / "config.json").read_text())
+    model, _ = load_model(tmp_path / "blocks", dtype="float32", progress=False)
+    qkv = model.model.layers[0].self_attn.qkv_proj
+    assert isinstance(qkv, Fp8Linear) and qkv.group_size == block[1]
+    assert qkv.weight_scale.shape == (qkv.out_features, -(-qkv.in_features // block[1]))
+    tokens = torch.randint(3, 384, (29,), generator=torch.Generator().manual_seed(2)).tolist()
+    expected_model, _ = load_model(reference, dtype="float32", progress=False)
+    expected = PagedDriver(expected_model).step({0: tokens})
+    torch.testing.assert_close(PagedDriver(model).step({0: tokens}), expected)
+
+
 @pytest.mark.parametrize(
     ("quantization_config", "message"),
     [
         ({"quant_method": "gptq", "bits": 4}, "'gptq' is not supported"),
-        ({"quant_method": "fp8", "weight_block_size": [128, 128]}, "block-wise"),
+        ({"quant_method": "fp8", "weight_block_size": [128]}, "two positive integers"),
         (
             {
                 **COMPRESSED_TENSORS,

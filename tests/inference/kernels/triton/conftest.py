@@ -19,6 +19,7 @@ KERNEL_MODULES = [
     "inference.kernels.triton.kv_write",
     "inference.kernels.triton.decode_attention",
     "inference.kernels.triton.chunk_attention",
+    "inference.kernels.triton.fp8_matmul",
     "inference.kernels.triton.backend",
 ]
 
