@@ -17,6 +17,7 @@ from inference.engine.model_runner import ModelRunner
 from inference.engine.request_state import RequestState, SampleState, new_request_state
 from inference.engine.scheduler import Scheduler
 from inference.kernels.kv_cache import FP8_KV_DTYPE
+from inference.model.arch import ArchConfig
 from inference.model.loader import checkpoint_kv_scales, load_model, num_kv_cache_bytes_per_token
 from inference.model.loader.gguf import read_gguf
 from inference.outputs import RequestOutput
@@ -65,12 +66,7 @@ class LLMEngine:
         else:
             self.tokenizer = load_tokenizer(config.tokenizer or config.model)
         self.eos_token_ids = self.tokenizer.eos_token_ids
-        self.max_model_len = config.max_model_len or self.arch.max_position_embeddings
-        if self.max_model_len > self.arch.max_position_embeddings:
-            raise ValueError(
-                f"max_model_len {self.max_model_len} exceeds the model's "
-                f"max_position_embeddings {self.arch.max_position_embeddings}"
-            )
+        self.max_model_len = _max_model_len(config.max_model_len, self.arch)
         num_blocks = self._num_kv_blocks()
         self.scheduler = Scheduler(
             SchedulerConfig(
@@ -259,6 +255,37 @@ class LLMEngine:
                 for sample in state.samples:
                     self._samples.pop(sample.seq.seq_id, None)
         return outputs
+
+
+def _max_model_len(asked: int | None, arch: ArchConfig) -> int:
+    """The context limit: what was asked, else the model's; never past a sliding window.
+
+    Attention here is over the whole context, which for a sliding-window model (Mistral
+    7B v0.1) is the model's own attention only up to the window: longer contexts would
+    silently give different results, so they are refused.
+    """
+    limit = arch.max_position_embeddings
+    if asked is not None and asked > limit:
+        raise ValueError(
+            f"max_model_len {asked} exceeds the model's max_position_embeddings {limit}"
+        )
+    window = arch.sliding_window
+    if window is not None and (asked or limit) > window:
+        if asked is not None:
+            raise ValueError(
+                f"max_model_len {asked} exceeds the model's sliding window of {window} "
+                "tokens; sliding-window attention is not implemented, so contexts are "
+                f"limited to {window}"
+            )
+        log.warning(
+            "the model attends within a sliding window of %d tokens, which is not "
+            "implemented: max_model_len is %d instead of %d",
+            window,
+            window,
+            limit,
+        )
+        return window
+    return asked or limit
 
 
 def load_tokenizer(path: str) -> Tokenizer:
