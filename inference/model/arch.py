@@ -13,7 +13,8 @@ SUPPORTED_ARCHITECTURES = (
 )
 
 # Rope types whose frequencies we know how to compute (see layers/rotary.py).
-SUPPORTED_ROPE_TYPES = ("default", "llama3", "linear")
+# "freq_factors" is llama.cpp's rope_freqs tensor (Llama 3.1 scaling in GGUF files).
+SUPPORTED_ROPE_TYPES = ("default", "llama3", "linear", "freq_factors")
 
 
 @dataclass(frozen=True)

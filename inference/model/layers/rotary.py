@@ -18,6 +18,15 @@ def rope_inverse_frequencies(
     if scaling is None:
         return inv_freq
     rope_type = scaling["rope_type"]
+    if rope_type == "freq_factors":
+        # llama.cpp's form of Llama 3.1 scaling: one divisor per frequency (rope_freqs).
+        factors = torch.tensor(scaling["factors"], dtype=torch.float32)
+        if factors.shape != inv_freq.shape or not bool((factors > 0).all()):
+            raise ValueError(
+                f"rope frequency factors must be {inv_freq.shape[0]} positive numbers, "
+                f"got shape {tuple(factors.shape)}"
+            )
+        return inv_freq / factors
     factor = float(scaling["factor"])
     if rope_type == "linear":
         return inv_freq / factor

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from gguf import GGUFReader, ReaderField
+from gguf import GGMLQuantizationType, GGUFReader, ReaderField
 from tokenizers import Tokenizer
 
 from inference.model.loader.gguf_tensors import plan_tensors
@@ -132,12 +132,27 @@ def build_hf_config(metadata: dict[str, Any], tensor_names: set[str]) -> dict[st
     return config
 
 
+def _apply_rope_freqs(hf_config: dict[str, Any], reader: GGUFReader) -> None:
+    """Llama 3.1 GGUF files carry their rope scaling as a tensor of per-frequency divisors."""
+    tensor = next((t for t in reader.tensors if t.name == "rope_freqs.weight"), None)
+    if tensor is None:
+        return
+    if hf_config["rope_scaling"] is not None:
+        raise ValueError("GGUF file has both rope scaling metadata and a rope_freqs tensor")
+    if GGMLQuantizationType(tensor.tensor_type) != GGMLQuantizationType.F32:
+        raise ValueError("GGUF tensor 'rope_freqs.weight' must be F32")
+    scaling = {"rope_type": "freq_factors", "factors": [float(x) for x in tensor.data]}
+    hf_config["rope_scaling"] = scaling
+    hf_config["rope_parameters"] = {"rope_theta": hf_config["rope_theta"], **scaling}
+
+
 def read_gguf(path: str | Path) -> GGUFCheckpoint:
     """Open a .gguf file; ValueError if it is not a complete GGUF of a model we can run."""
     path = Path(path)
     reader = _open_reader(path)
     metadata = {name: _field_value(field) for name, field in reader.fields.items()}
     hf_config = build_hf_config(metadata, {tensor.name for tensor in reader.tensors})
+    _apply_rope_freqs(hf_config, reader)
     arch = str(metadata["general.architecture"])
     plan = plan_tensors(
         list(reader.tensors),

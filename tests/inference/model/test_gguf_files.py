@@ -10,6 +10,8 @@ from gguf.quants import quantize
 from tokenizers import pre_tokenizers
 from transformers.integrations.gguf.dequant import dequantize as transformers_dequantize
 
+from inference.model.arch import ArchConfig
+from inference.model.layers.rotary import RotaryEmbedding, rope_inverse_frequencies
 from inference.model.loader.gguf import read_gguf
 from inference.model.loader.gguf_tensors import dequantize_tensor
 
@@ -279,3 +281,33 @@ def test_non_gguf_and_missing_files_are_rejected(tmp_path: Path) -> None:
         read_gguf(tmp_path / "config.json")
     with pytest.raises(ValueError, match="does not exist"):
         read_gguf(tmp_path / "absent.gguf")
+
+
+def test_llama3_rope_freqs_tensor_scales_the_rotary_frequencies(tmp_path: Path) -> None:
+    """llama.cpp stores Llama 3.1 scaling as divisors; they give the llama3 frequencies."""
+    scaling = {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 32,
+    }
+    plain = rope_inverse_frequencies(HEAD_DIM, 50000.0, None)
+    llama3 = rope_inverse_frequencies(HEAD_DIM, 50000.0, scaling)
+    divisors = (plain / llama3).numpy().astype(np.float32)
+    assert divisors.max() > 1.5  # the scaling really moves some frequencies
+    tensors = {
+        GGUF_NAMES[n]: (v, Q.F32) for n, v in _model_tensors(np.random.default_rng(0)).items()
+    }
+    tensors["rope_freqs.weight"] = (divisors, Q.F32)
+    checkpoint = read_gguf(write_gguf(tmp_path / "llama3.gguf", tensors))
+    arch = ArchConfig.from_hf_config(checkpoint.hf_config)
+    assert arch.rope_scaling is not None and arch.rope_scaling["rope_type"] == "freq_factors"
+    rotary = RotaryEmbedding(HEAD_DIM, arch.rope_theta, arch.rope_scaling, torch.device("cpu"))
+    torch.testing.assert_close(rotary.inv_freq, llama3, rtol=1e-6, atol=0.0)
+    assert checkpoint.num_tensors == len(tensors) - 1  # the divisors are no weight
+
+
+def test_rope_freqs_of_the_wrong_length_are_refused() -> None:
+    with pytest.raises(ValueError, match="rope frequency factors"):
+        rope_inverse_frequencies(HEAD_DIM, 1e4, {"rope_type": "freq_factors", "factors": [1.0]})
