@@ -1,7 +1,9 @@
 """`python -m inference bench throughput`: our engine against naive transformers.
 
-Both run in one process, one after the other, on the same prompts, so the ratio of their
-output tokens/s is what to read (absolute numbers move with the machine's load).
+Both run in one process on the same prompts, taking turns for ``--rounds`` rounds, and
+each is reported at its best round: on a shared machine a burst of someone else's work
+slows whichever run it lands on, and alternating gives both the same chances. The ratio
+of the two bests is what to read (absolute numbers move with the machine's load).
 """
 
 from __future__ import annotations
@@ -29,21 +31,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=2,
         help="how many prompts the naive transformers baseline runs, one at a time (0: skip)",
     )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=2,
+        help="turns each engine takes, alternating; each is reported at its best round",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", help="also write the JSON to this file")
     parser.set_defaults(run=run)
 
 
 def _check(args: argparse.Namespace) -> None:
-    for name in ("num_prompts", "input_len", "output_len"):
+    for name in ("num_prompts", "input_len", "output_len", "rounds"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
     if args.prefix_len < 0 or args.naive_prompts < 0:
         raise ValueError("--prefix-len and --naive-prompts must not be negative")
 
 
-def make_prompts(vocab_size: int, special: set[int], args: argparse.Namespace) -> list[list[int]]:
-    rng = random.Random(args.seed)
+def make_prompts(
+    vocab_size: int, special: set[int], args: argparse.Namespace, round_index: int = 0
+) -> list[list[int]]:
+    """Random prompts; each round has its own, so no round hits an earlier one's cache."""
+    rng = random.Random(args.seed * 1000 + round_index)
     usable = [t for t in range(vocab_size) if t not in special]
     prefix = [rng.choice(usable) for _ in range(args.prefix_len)]
     return [
@@ -69,14 +80,28 @@ def run(args: argparse.Namespace) -> int:
     )
     load_s = time.perf_counter() - started
     tok = llm.tokenizer
-    prompts = make_prompts(llm.engine.arch.vocab_size, set(tok.all_special_ids), args)
+    special = set(tok.all_special_ids)
+    vocab = llm.engine.arch.vocab_size
     params = SamplingParams(temperature=0, max_tokens=args.output_len, ignore_eos=True)
 
     # A short warm-up so one-time costs (allocations, oneDNN primitive creation) are not timed.
-    llm.generate(prompts[:2], SamplingParams(temperature=0, max_tokens=4, ignore_eos=True))
-    started = time.perf_counter()
-    outputs = llm.generate(prompts, params)
-    elapsed = time.perf_counter() - started
+    warm_up = [p[:16] for p in make_prompts(vocab, special, args, round_index=args.rounds)[:2]]
+    llm.generate(warm_up, SamplingParams(temperature=0, max_tokens=4, ignore_eos=True))
+    naive = NaiveTransformers(args) if args.naive_prompts else None
+    ours_s: list[float] = []
+    naive_runs: list[dict[str, Any]] = []
+    best_outputs: list[Any] = []
+    for round_index in range(args.rounds):
+        prompts = make_prompts(vocab, special, args, round_index)
+        started = time.perf_counter()
+        outputs = llm.generate(prompts, params)
+        ours_s.append(time.perf_counter() - started)
+        if ours_s[-1] == min(ours_s):
+            best_outputs = outputs
+        if naive is not None:
+            naive_runs.append(naive.run(prompts[: args.naive_prompts]))
+    elapsed = min(ours_s)
+    outputs = best_outputs
     out_tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
     in_tokens = sum(len(p) for p in prompts)
     result: dict[str, Any] = {
@@ -88,8 +113,11 @@ def run(args: argparse.Namespace) -> int:
         "prefix_len": args.prefix_len,
         "output_len": args.output_len,
         "torch_threads": torch.get_num_threads(),
+        "attention_backend": type(llm.engine.runner.attention_backend).__name__,
         "load_seconds": round(load_s, 2),
+        "rounds": args.rounds,
         "elapsed_seconds": round(elapsed, 2),
+        "elapsed_seconds_per_round": [round(t, 2) for t in ours_s],
         "output_tokens_per_s": round(out_tokens / elapsed, 1),
         "total_tokens_per_s": round((out_tokens + in_tokens) / elapsed, 1),
         "cached_prompt_tokens": sum(o.num_cached_tokens for o in outputs),
@@ -97,12 +125,14 @@ def run(args: argparse.Namespace) -> int:
         "kv_capacity_tokens": llm.engine.kv_capacity_tokens,
         "preemptions": llm.engine.scheduler.num_preemptions,
     }
-    del llm
-    if args.naive_prompts:
-        naive = naive_transformers(args, prompts[: args.naive_prompts])
-        result["naive_transformers"] = naive
+    if naive_runs:
+        best = max(naive_runs, key=lambda run: run["output_tokens_per_s"])
+        result["naive_transformers"] = {
+            **best,
+            "output_tokens_per_s_per_round": [run["output_tokens_per_s"] for run in naive_runs],
+        }
         result["speedup_output_tokens_per_s"] = round(
-            result["output_tokens_per_s"] / naive["output_tokens_per_s"], 1
+            result["output_tokens_per_s"] / best["output_tokens_per_s"], 1
         )
     result["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     text = json.dumps(result, indent=2)
@@ -113,38 +143,45 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def naive_transformers(args: argparse.Namespace, prompts: list[list[int]]) -> dict[str, Any]:
+class NaiveTransformers:
     """transformers `generate`, one request at a time: the baseline the issue names."""
-    import os
 
-    import torch
-    from transformers import AutoModelForCausalLM
+    def __init__(self, args: argparse.Namespace) -> None:
+        import os
 
-    path = args.model
-    if path.endswith(".gguf"):
-        model = AutoModelForCausalLM.from_pretrained(
-            os.path.dirname(os.path.abspath(path)), gguf_file=os.path.basename(path)
-        )
-    else:
-        model = AutoModelForCausalLM.from_pretrained(path)
-    model = model.to(getattr(torch, args.dtype)).eval()
-    tokens = 0
-    started = time.perf_counter()
-    with torch.inference_mode():
-        for prompt in prompts:
-            ids = torch.tensor([prompt])
-            out = model.generate(
-                ids,
-                attention_mask=torch.ones_like(ids),
-                max_new_tokens=args.output_len,
-                min_new_tokens=args.output_len,
-                do_sample=False,
-                pad_token_id=0,
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        path = args.model
+        if path.endswith(".gguf"):
+            model = AutoModelForCausalLM.from_pretrained(
+                os.path.dirname(os.path.abspath(path)), gguf_file=os.path.basename(path)
             )
-            tokens += out.shape[1] - ids.shape[1]
-    elapsed = time.perf_counter() - started
-    return {
-        "num_prompts": len(prompts),
-        "elapsed_seconds": round(elapsed, 2),
-        "output_tokens_per_s": round(tokens / elapsed, 1),
-    }
+        else:
+            model = AutoModelForCausalLM.from_pretrained(path)
+        self.model = model.to(getattr(torch, args.dtype)).eval()
+        self.output_len = args.output_len
+
+    def run(self, prompts: list[list[int]]) -> dict[str, Any]:
+        import torch
+
+        tokens = 0
+        started = time.perf_counter()
+        with torch.inference_mode():
+            for prompt in prompts:
+                ids = torch.tensor([prompt])
+                out = self.model.generate(
+                    ids,
+                    attention_mask=torch.ones_like(ids),
+                    max_new_tokens=self.output_len,
+                    min_new_tokens=self.output_len,
+                    do_sample=False,
+                    pad_token_id=0,
+                )
+                tokens += out.shape[1] - ids.shape[1]
+        elapsed = time.perf_counter() - started
+        return {
+            "num_prompts": len(prompts),
+            "elapsed_seconds": round(elapsed, 2),
+            "output_tokens_per_s": round(tokens / elapsed, 1),
+        }
