@@ -17,6 +17,8 @@ from inference.engine.cuda_graphs import DecodeInputs, make_decode_graphs
 from inference.engine.scheduler_output import SchedulerOutput
 from inference.kernels.attention import AttentionMetadata, KVCache
 from inference.kernels.backends import make_attention_backend
+from inference.kernels.cpu.backend import CpuAttentionBackend
+from inference.kernels.cpu.layers import load_layer_kernels
 from inference.model.arch import ArchConfig
 from inference.model.llama import LlamaForCausalLM
 from inference.parallel.messages import RunStep
@@ -74,6 +76,8 @@ class ModelRunner:
         if device.type == "cpu":
             model.prepack_for_cpu(batch_hint=max_num_seqs)  # decode steps' rows
         self.attention_backend = make_attention_backend(attention_backend, device)
+        if isinstance(self.attention_backend, CpuAttentionBackend):
+            model.set_layer_kernels(load_layer_kernels())
         model.set_attention_backend(self.attention_backend)
         self.decode_graphs = make_decode_graphs(
             model,

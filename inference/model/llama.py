@@ -6,6 +6,7 @@ Shapes: T is the number of new tokens in the flat batch (prefill chunks and deco
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -29,6 +30,9 @@ from inference.model.layers.linear import (
 from inference.model.layers.norm import RMSNorm
 from inference.model.layers.rotary import RotaryEmbedding, apply_rotary
 from inference.model.weights import load_named_weights
+
+if TYPE_CHECKING:
+    from inference.kernels.cpu.layers import CpuLayerKernels
 
 Rope = tuple[torch.Tensor, torch.Tensor]  # cos, sin: (T, 1, head_dim / 2)
 
@@ -54,6 +58,7 @@ class LlamaAttention(nn.Module):
         # Llama and Qwen3 put attention_bias on o_proj too; Qwen2 has q/k/v bias only.
         o_bias = config.attention_bias and config.architecture != "Qwen2ForCausalLM"
         self.o_proj = Linear(q, config.hidden_size, bias=o_bias, dtype=dtype, device=device)
+        self.kernels: CpuLayerKernels | None = None  # fused CPU rotary, where set
         self.q_norm: RMSNorm | None = None
         self.k_norm: RMSNorm | None = None
         if config.qk_norm:
@@ -75,11 +80,12 @@ class LlamaAttention(nn.Module):
             q, k, _ = qkv.split([q_size, kv_size, kv_size], dim=-1)
             q = self.q_norm(q.view(num_tokens, self.num_heads, self.head_dim))
             k = self.k_norm(k.view(num_tokens, self.num_kv_heads, self.head_dim))
-            q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
+            q, k = apply_rotary(q, *rope, self.kernels), apply_rotary(k, *rope, self.kernels)
         else:
             # q and k sit side by side in qkv: rotate all their heads in one go.
             qk = qkv[:, : q_size + kv_size].view(num_tokens, -1, self.head_dim)
-            q, k = apply_rotary(qk, *rope).split([self.num_heads, self.num_kv_heads], dim=1)
+            rotated = apply_rotary(qk, *rope, self.kernels)
+            q, k = rotated.split([self.num_heads, self.num_kv_heads], dim=1)
         self.backend.write_kv(k, v, kv_cache, meta.slot_mapping)
         out = self.backend.forward(q, kv_cache, meta, self.scale)  # (T, Hq, D)
         return self.o_proj(out.view(num_tokens, q_size))
@@ -93,9 +99,10 @@ class LlamaMLP(nn.Module):
             config.hidden_size, [inter, inter], bias=False, dtype=dtype, device=device
         )
         self.down_proj = Linear(inter, config.hidden_size, bias=False, dtype=dtype, device=device)
+        self.kernels: CpuLayerKernels | None = None  # fused CPU SiLU-and-multiply, where set
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(silu_and_mul(self.gate_up_proj(x)))
+        return self.down_proj(silu_and_mul(self.gate_up_proj(x), self.kernels))
 
 
 class LlamaDecoderLayer(nn.Module):
@@ -183,6 +190,12 @@ class LlamaForCausalLM(nn.Module):
             hidden = layer(hidden, rope, kv_cache, meta)
         normed: torch.Tensor = self.model.norm(hidden)
         return normed
+
+    def set_layer_kernels(self, kernels: CpuLayerKernels | None) -> None:
+        """Let the norms, rotary and SiLU-and-multiply run the fused CPU kernels (None: off)."""
+        for module in self.modules():
+            if isinstance(module, RMSNorm | LlamaAttention | LlamaMLP):
+                module.kernels = kernels
 
     def set_attention_backend(self, backend: AttentionBackend) -> None:
         """Let every layer attend through ``backend`` (the engine picks it per device)."""

@@ -17,15 +17,36 @@ import subprocess
 import tempfile
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import torch  # noqa: F401  (loads torch's OpenMP runtime before the kernels need one)
 
 log = logging.getLogger("inference.kernels")
 
-SOURCE = Path(__file__).with_name("paged_decode.c")
-# -ffast-math lets the softmax's expf be vectorised (glibc's libmvec); the kernel's inputs
-# are finite, and the tests hold it to the torch path's results.
+HERE = Path(__file__).parent
+# -ffast-math lets expf be vectorised (glibc's libmvec); the kernels' inputs are finite, and
+# the tests hold them to the torch path's results. layers.c keeps each product and sum as
+# torch rounds it, so it must not fuse them into FMAs.
 FLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp", "-shared", "-fPIC", "-std=gnu11")
+SOURCE_FLAGS = {"paged_decode": (), "layers": ("-ffp-contract=off", "-mprefer-vector-width=512")}
+
+_p, _i64, _i32, _f32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
+# Each C function's parameters, in order (see the .c files).
+SIGNATURES: dict[str, dict[str, list[type[Any]]]] = {
+    "paged_decode": {
+        "paged_decode_attention": [
+            *(_p, _i64, _p, _i64, _i32, _p),  # query, its stride, out, its stride, dtype, rows
+            *(_p, _p, _i32, _p, _i64, _p, _i64),  # key, value, dtype, tables, stride, lens, B
+            *(_i32, _i32, _i32, _i32, _f32, _f32, _f32),  # heads, kv heads, dim, block, scales
+            *(_i64, _p, _p, _i32),  # skip, prior, prior_lse, threads
+        ],
+    },
+    "layers": {
+        "rms_norm": [_p, _i64, _p, _p, _i64, _i32, _f32, _i32, _i32],
+        "silu_and_mul": [_p, _i64, _p, _i64, _i32, _i32, _i32],
+        "rotary": [_p, _i64, _p, _p, _p, _i64, _i32, _i32, _i32, _i32],
+    },
+}
 
 
 class KernelBuildError(RuntimeError):
@@ -33,31 +54,36 @@ class KernelBuildError(RuntimeError):
 
 
 @cache
-def load_paged_decode(extra_flags: tuple[str, ...] = ()) -> ctypes.CDLL:
-    """The compiled library; raises KernelBuildError if it cannot be built here.
+def load_library(name: str, extra_flags: tuple[str, ...] = ()) -> ctypes.CDLL:
+    """``name``.c compiled and loaded; raises KernelBuildError if it cannot be built here.
 
     ``extra_flags`` go after the default ones (tests build the portable path with
     ``("-mno-avx512f",)``).
     """
+    source = HERE / f"{name}.c"
     compiler = shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
         raise KernelBuildError("no C compiler (cc or gcc) on PATH")
     workdir = Path(tempfile.mkdtemp(prefix="enclave-kernels-"))
-    library = workdir / "paged_decode.so"
-    command = [compiler, *FLAGS, *extra_flags, "-o", str(library), str(SOURCE), "-lm"]
+    library = workdir / f"{name}.so"
+    flags = [*FLAGS, *SOURCE_FLAGS[name], *extra_flags]
+    command = [compiler, *flags, "-o", str(library), str(source), "-lm"]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=120)
         if done.returncode != 0:
             raise KernelBuildError(f"{' '.join(command)} failed:\n{done.stderr.strip()}")
         lib = ctypes.CDLL(str(library))
     except (OSError, subprocess.TimeoutExpired) as error:
-        raise KernelBuildError(f"could not build {SOURCE.name}: {error}") from error
+        raise KernelBuildError(f"could not build {source.name}: {error}") from error
     finally:
         shutil.rmtree(workdir, ignore_errors=True)  # the loaded library stays mapped
-    fn = lib.paged_decode_attention
-    p, i64, i32, f32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
-    fn.argtypes = [p, i64, p, i64, i32, p, p, p, i32, p, i64, p, i64]
-    fn.argtypes += [i32, i32, i32, i32, f32, f32, f32, i64, p, p, i32]
-    fn.restype = ctypes.c_int
-    log.info("built CPU paged-attention kernel with %s", compiler)
+    for function, argtypes in SIGNATURES[name].items():
+        fn = getattr(lib, function)
+        fn.argtypes = argtypes
+        fn.restype = ctypes.c_int if name == "paged_decode" else None
+    log.info("built CPU kernels %s with %s", source.name, compiler)
     return lib
+
+
+def load_paged_decode(extra_flags: tuple[str, ...] = ()) -> ctypes.CDLL:
+    return load_library("paged_decode", extra_flags)

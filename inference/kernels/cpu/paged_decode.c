@@ -33,6 +33,10 @@ static void init_e4m3_table(void) {
     }
 }
 
+static inline int element_size(int dtype) {
+    return dtype == DT_F32 ? 4 : dtype == DT_E4M3 ? 1 : 2;
+}
+
 /* The pool slot of a sequence's token t. block_size is a power of two (EngineConfig
  * allows 8 to 128), so this is a shift and a mask, not a division per token. */
 static inline int64_t slot_of(const int64_t *table, int64_t t, int block_size) {
@@ -154,6 +158,46 @@ static inline __m512 load16(const void *base, int64_t index, int dtype) {
     return _mm512_i32gather_ps(_mm512_cvtepu8_epi32(raw), e4m3_table, 4);
 }
 
+
+/* How far ahead (in tokens) the loops over a context ask for rows: the blocks are
+ * scattered, and the hardware prefetchers neither follow a block table nor cross pages. */
+#define PREFETCH_TOKENS 16
+
+static inline void prefetch_row(const void *start, int bytes) {
+    for (int off = 0; off < bytes; off += 64) _mm_prefetch((const char *)start + off, _MM_HINT_T0);
+}
+
+#if defined(__AVX512BF16__)
+/* Scores of bf16 queries against a bf16 pool, with the processor's bf16 dot product: two
+ * bf16 products per float lane per instruction, straight from memory, no widening. */
+static void scores_bf16(const Problem *p, int64_t row, const int64_t *table, int64_t len,
+                        float *scores) {
+    const int heads = p->num_heads, kv_heads = p->num_kv_heads, dim = p->head_dim;
+    const int group = heads / kv_heads, width = kv_heads * dim, bs = p->block_size;
+    const int chunks = dim / 32;
+    const uint16_t *query = (const uint16_t *)p->query + row * p->query_stride;
+    const uint16_t *key = (const uint16_t *)p->key;
+    /* Token by token, all heads: each token's keys are one contiguous read. */
+    for (int64_t t = 0; t < len; ++t) {
+        const uint16_t *k = key + slot_of(table, t, bs) * width;
+        if (t + PREFETCH_TOKENS < len)
+            prefetch_row(key + slot_of(table, t + PREFETCH_TOKENS, bs) * width, width * 2);
+        for (int h = 0; h < kv_heads; ++h) {
+            __m512bh kc[4];
+            for (int c = 0; c < 4; ++c)
+                kc[c] = (__m512bh)_mm512_loadu_si512(k + h * dim + 32 * (c < chunks ? c : 0));
+            for (int g = 0; g < group; ++g) {
+                const uint16_t *qh = query + (h * group + g) * dim;
+                __m512 sum = _mm512_setzero_ps();
+                for (int c = 0; c < chunks; ++c)
+                    sum = _mm512_dpbf16_ps(sum, (__m512bh)_mm512_loadu_si512(qh + 32 * c), kc[c]);
+                scores[(int64_t)(h * group + g) * len + t] = _mm512_reduce_add_ps(sum) * p->q_scale;
+            }
+        }
+    }
+}
+#endif
+
 /* The vector path: head_dim a multiple of 16. Query heads go in tiles of up to 4 (one KV
  * head's group), head_dim in chunks of up to 64, so the accumulators stay in registers. */
 static void attend_sequence_avx512(const Problem *p, int64_t row, const int64_t *table,
@@ -161,24 +205,36 @@ static void attend_sequence_avx512(const Problem *p, int64_t row, const int64_t 
                                    float *lse) {
     const int heads = p->num_heads, kv_heads = p->num_kv_heads, dim = p->head_dim;
     const int group = heads / kv_heads, width = kv_heads * dim, bs = p->block_size;
-    load_row(p->query, row * p->query_stride, p->q_dtype, heads * dim, q);
-    for (int i = 0; i < heads * dim; ++i) q[i] *= p->q_scale;
-    for (int h = 0; h < kv_heads; ++h) {
-        for (int g0 = 0; g0 < group; g0 += 4) {
-            const int tile = group - g0 < 4 ? group - g0 : 4;
-            const float *qt = q + (h * group + g0) * dim;
-            float *st = scores + (int64_t)(h * group + g0) * len;
-            for (int64_t t = 0; t < len; ++t) {
-                const int64_t at = slot_of(table, t, bs) * width + h * dim;
-                __m512 sum[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
-                                 _mm512_setzero_ps()};
-                for (int d = 0; d < dim; d += 16) {
-                    const __m512 k = load16(p->key, at + d, p->kv_dtype);
+    const int esize = element_size(p->kv_dtype);
+#if defined(__AVX512BF16__)
+    if (p->q_dtype == DT_BF16 && p->kv_dtype == DT_BF16 && dim % 32 == 0 && dim <= 128)
+        scores_bf16(p, row, table, len, scores);
+    else
+#endif
+    {
+        load_row(p->query, row * p->query_stride, p->q_dtype, heads * dim, q);
+        for (int i = 0; i < heads * dim; ++i) q[i] *= p->q_scale;
+        for (int h = 0; h < kv_heads; ++h) {
+            for (int g0 = 0; g0 < group; g0 += 4) {
+                const int tile = group - g0 < 4 ? group - g0 : 4;
+                const float *qt = q + (h * group + g0) * dim;
+                float *st = scores + (int64_t)(h * group + g0) * len;
+                for (int64_t t = 0; t < len; ++t) {
+                    const int64_t at = slot_of(table, t, bs) * width + h * dim;
+                    if (h == 0 && g0 == 0 && t + PREFETCH_TOKENS < len)
+                        prefetch_row((const char *)p->key + slot_of(table, t + PREFETCH_TOKENS, bs) *
+                                                                 width * esize,
+                                     width * esize);
+                    __m512 sum[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                                     _mm512_setzero_ps()};
+                    for (int d = 0; d < dim; d += 16) {
+                        const __m512 k = load16(p->key, at + d, p->kv_dtype);
+                        for (int g = 0; g < 4; ++g)
+                            if (g < tile) sum[g] = _mm512_fmadd_ps(_mm512_loadu_ps(qt + g * dim + d), k, sum[g]);
+                    }
                     for (int g = 0; g < 4; ++g)
-                        if (g < tile) sum[g] = _mm512_fmadd_ps(_mm512_loadu_ps(qt + g * dim + d), k, sum[g]);
+                        if (g < tile) st[g * len + t] = _mm512_reduce_add_ps(sum[g]);
                 }
-                for (int g = 0; g < 4; ++g)
-                    if (g < tile) st[g * len + t] = _mm512_reduce_add_ps(sum[g]);
             }
         }
     }
@@ -193,8 +249,13 @@ static void attend_sequence_avx512(const Problem *p, int64_t row, const int64_t 
                 __m512 total[4][4];
                 for (int g = 0; g < 4; ++g)
                     for (int c = 0; c < 4; ++c) total[g][c] = _mm512_setzero_ps();
+                const int lead = h == 0 && g0 == 0 && d0 == 0; /* the pass that reads first */
                 for (int64_t t = 0; t < len; ++t) {
                     const int64_t at = slot_of(table, t, bs) * width + h * dim + d0;
+                    if (lead && t + PREFETCH_TOKENS < len)
+                        prefetch_row((const char *)p->value + slot_of(table, t + PREFETCH_TOKENS, bs) *
+                                                                   width * esize,
+                                     width * esize);
                     __m512 v[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(),
                                    _mm512_setzero_ps(), _mm512_setzero_ps()};
                     for (int c = 0; c < 4; ++c)

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from inference.kernels.cpu.layers import CpuLayerKernels
 
 
 def rope_inverse_frequencies(
@@ -70,7 +73,23 @@ class RotaryEmbedding(nn.Module):
         return angles.cos().to(dtype)[:, None, :], angles.sin().to(dtype)[:, None, :]
 
 
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x (T, H, D) in the half-split layout, rotated by cos/sin (T, 1, D/2)."""
+def apply_rotary(
+    x: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    kernels: CpuLayerKernels | None = None,
+) -> torch.Tensor:
+    """x (T, H, D) in the half-split layout, rotated by cos/sin (T, 1, D/2).
+
+    ``kernels``: the fused CPU kernel, used where it takes the tensors.
+    """
+    if (
+        kernels is not None
+        and x.stride(1) == x.shape[2]
+        and cos.is_contiguous()
+        and sin.is_contiguous()
+        and kernels.accepts(x, cos, sin)
+    ):
+        return kernels.rotary(x, cos, sin)
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)

@@ -1,0 +1,99 @@
+"""The decoder's elementwise layers through layers.c: one pass each instead of several ops.
+
+A model on the CPU is handed a `CpuLayerKernels` (`LlamaForCausalLM.set_layer_kernels`);
+its RMSNorm, SiLU-and-multiply and rotary call these for float32 and bfloat16 tensors on
+the CPU, and fall back to their torch code for anything else. Each kernel rounds where the
+torch code rounds (see layers.c), so both give the same results up to float32 ordering.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+
+import torch
+
+from inference.kernels.cpu.build import KernelBuildError, load_library
+
+log = logging.getLogger("inference.kernels")
+
+_DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1}
+
+
+def load_layer_kernels(extra_flags: tuple[str, ...] = ()) -> CpuLayerKernels | None:
+    """The kernels, or None (logged) where layers.c cannot be built."""
+    try:
+        return CpuLayerKernels(load_library("layers", extra_flags))
+    except KernelBuildError as error:
+        log.warning("fused CPU layer kernels unavailable, using torch ops: %s", error)
+        return None
+
+
+class CpuLayerKernels:
+    def __init__(self, library: ctypes.CDLL) -> None:
+        self._lib = library
+
+    @staticmethod
+    def accepts(*tensors: torch.Tensor) -> bool:
+        """CPU tensors of one supported dtype whose last dimension is contiguous."""
+        dtype = tensors[0].dtype
+        return dtype in _DTYPE_CODES and all(
+            t.device.type == "cpu" and t.dtype == dtype and t.stride(-1) == 1 for t in tensors
+        )
+
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        """x (T, n), rows possibly strided -> (T, n) contiguous."""
+        if x.dim() != 2 or not weight.is_contiguous():
+            raise ValueError("rms_norm takes (T, n) rows and a contiguous weight")
+        out = torch.empty(x.shape, dtype=x.dtype)
+        self._lib.rms_norm(
+            x.data_ptr(),
+            x.stride(0),
+            weight.data_ptr(),
+            out.data_ptr(),
+            x.shape[0],
+            x.shape[1],
+            eps,
+            _DTYPE_CODES[x.dtype],
+            torch.get_num_threads(),
+        )
+        return out
+
+    def silu_and_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
+        """(T, 2n) holding [gate | up] -> (T, n)."""
+        if gate_up.dim() != 2 or gate_up.shape[1] % 2:
+            raise ValueError("silu_and_mul takes (T, 2n) rows")
+        n = gate_up.shape[1] // 2
+        out = torch.empty((gate_up.shape[0], n), dtype=gate_up.dtype)
+        self._lib.silu_and_mul(
+            gate_up.data_ptr(),
+            gate_up.stride(0),
+            out.data_ptr(),
+            gate_up.shape[0],
+            n,
+            _DTYPE_CODES[gate_up.dtype],
+            torch.get_num_threads(),
+        )
+        return out
+
+    def rotary(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """x (T, H, D) with heads contiguous in each row; cos, sin (T, 1, D / 2) contiguous."""
+        tokens, heads, dim = x.shape
+        if x.stride(1) != dim or not (cos.is_contiguous() and sin.is_contiguous()):
+            raise ValueError("rotary takes (T, H, D) rows of whole heads and contiguous cos/sin")
+        if cos.shape != (tokens, 1, dim // 2) or sin.shape != cos.shape:
+            raise ValueError(f"cos/sin must be ({tokens}, 1, {dim // 2})")
+        out = torch.empty((tokens, heads, dim), dtype=x.dtype)
+        self._lib.rotary(
+            x.data_ptr(),
+            x.stride(0),
+            cos.data_ptr(),
+            sin.data_ptr(),
+            out.data_ptr(),
+            tokens,
+            heads,
+            dim,
+            _DTYPE_CODES[x.dtype],
+            torch.get_num_threads(),
+        )
+        return out
