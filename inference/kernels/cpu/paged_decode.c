@@ -6,10 +6,14 @@
  *                  row is rows[b]
  *   key, value     (num_blocks, block_size, num_kv_heads, head_dim)
  *   block_tables   (num_seqs, table_stride) int64
- * One work item is one sequence and all its heads, so each token's keys (and then values)
- * are one contiguous read of num_kv_heads * head_dim elements; the query heads of one KV
- * head (a GQA group) share that row. Scores are kept for the whole context, then a softmax
- * and one pass over the values: two streaming reads, K then V.
+ * One work item (OpenMP, dynamic) is one sequence and all its heads; the query heads of one
+ * KV head (a GQA group) share each key and value row. Scores are kept for the whole
+ * context, then a softmax and one pass over the values: two streaming reads, K then V,
+ * each asking for rows a block ahead. There is a portable path and an AVX-512 one (bf16
+ * scores with AVX-512 BF16 dot products where the processor has them).
+ * Cascade: a caller that has attended the blocks every sequence shares (skip tokens of
+ * each context) passes that part's output and log-sum-exp; the kernel attends the rest and
+ * folds the two together.
  * FP8 (e4m3fn) pools follow inference/kernels/kv_cache.py: stored * scale; the key scale
  * folds into the query, the value scale into the output. Built by build.py at first use.
  */
@@ -152,8 +156,10 @@ static inline __m512 load16(const void *base, int64_t index, int dtype) {
         return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
     }
     if (dtype == DT_F32) return _mm512_loadu_ps((const float *)base + index);
-    if (dtype == DT_F16)
-        return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)base + index)));
+    if (dtype == DT_F16) {
+        __m256i raw = _mm256_loadu_si256((const __m256i *)((const uint16_t *)base + index));
+        return _mm512_cvtph_ps(raw);
+    }
     __m128i raw = _mm_loadu_si128((const __m128i *)((const uint8_t *)base + index));
     return _mm512_i32gather_ps(_mm512_cvtepu8_epi32(raw), e4m3_table, 4);
 }
@@ -163,25 +169,28 @@ static inline __m512 load16(const void *base, int64_t index, int dtype) {
  * scattered, and the hardware prefetchers neither follow a block table nor cross pages. */
 #define PREFETCH_TOKENS 16
 
-static inline void prefetch_row(const void *start, int bytes) {
-    for (int off = 0; off < bytes; off += 64) _mm_prefetch((const char *)start + off, _MM_HINT_T0);
+/* Ask for token t + PREFETCH_TOKENS's row (`bytes`: all its KV heads) of `pool`. */
+static inline void prefetch_ahead(const void *pool, const int64_t *table, int block_size,
+                                  int bytes, int64_t t, int64_t len) {
+    if (t + PREFETCH_TOKENS >= len) return;
+    const char *row = (const char *)pool + slot_of(table, t + PREFETCH_TOKENS, block_size) *
+                                               (int64_t)bytes;
+    for (int off = 0; off < bytes; off += 64) _mm_prefetch(row + off, _MM_HINT_T0);
 }
 
 #if defined(__AVX512BF16__)
-/* Scores of bf16 queries against a bf16 pool, with the processor's bf16 dot product: two
- * bf16 products per float lane per instruction, straight from memory, no widening. */
+/* Scores of bf16 queries against a bf16 pool with the processor's bf16 dot product (two
+ * products per float lane per instruction), read straight from the pool. Token by token,
+ * all heads: each token's keys are one contiguous read. head_dim: 32, 64, 96 or 128. */
 static void scores_bf16(const Problem *p, int64_t row, const int64_t *table, int64_t len,
                         float *scores) {
     const int heads = p->num_heads, kv_heads = p->num_kv_heads, dim = p->head_dim;
-    const int group = heads / kv_heads, width = kv_heads * dim, bs = p->block_size;
-    const int chunks = dim / 32;
+    const int group = heads / kv_heads, width = kv_heads * dim, chunks = dim / 32;
+    const int bs = p->block_size, row_bytes = width * 2;
     const uint16_t *query = (const uint16_t *)p->query + row * p->query_stride;
-    const uint16_t *key = (const uint16_t *)p->key;
-    /* Token by token, all heads: each token's keys are one contiguous read. */
     for (int64_t t = 0; t < len; ++t) {
-        const uint16_t *k = key + slot_of(table, t, bs) * width;
-        if (t + PREFETCH_TOKENS < len)
-            prefetch_row(key + slot_of(table, t + PREFETCH_TOKENS, bs) * width, width * 2);
+        const uint16_t *k = (const uint16_t *)p->key + slot_of(table, t, bs) * width;
+        prefetch_ahead(p->key, table, bs, row_bytes, t, len);
         for (int h = 0; h < kv_heads; ++h) {
             __m512bh kc[4];
             for (int c = 0; c < 4; ++c)
@@ -189,90 +198,107 @@ static void scores_bf16(const Problem *p, int64_t row, const int64_t *table, int
             for (int g = 0; g < group; ++g) {
                 const uint16_t *qh = query + (h * group + g) * dim;
                 __m512 sum = _mm512_setzero_ps();
-                for (int c = 0; c < chunks; ++c)
-                    sum = _mm512_dpbf16_ps(sum, (__m512bh)_mm512_loadu_si512(qh + 32 * c), kc[c]);
-                scores[(int64_t)(h * group + g) * len + t] = _mm512_reduce_add_ps(sum) * p->q_scale;
+                for (int c = 0; c < chunks; ++c) {
+                    const __m512bh qc = (__m512bh)_mm512_loadu_si512(qh + 32 * c);
+                    sum = _mm512_dpbf16_ps(sum, qc, kc[c]);
+                }
+                const float score = _mm512_reduce_add_ps(sum) * p->q_scale;
+                scores[(int64_t)(h * group + g) * len + t] = score;
             }
         }
     }
 }
 #endif
 
-/* The vector path: head_dim a multiple of 16. Query heads go in tiles of up to 4 (one KV
- * head's group), head_dim in chunks of up to 64, so the accumulators stay in registers. */
-static void attend_sequence_avx512(const Problem *p, int64_t row, const int64_t *table,
-                                   int64_t len, float *scores, float *q, float *acc,
-                                   float *lse) {
+/* Scores in float32 for any pool dtype: per KV head, its query heads in tiles of up to 4,
+ * so the accumulators stay in registers. q: the scaled queries, widened. */
+static void scores_wide(const Problem *p, const int64_t *table, int64_t len, const float *q,
+                        float *scores) {
     const int heads = p->num_heads, kv_heads = p->num_kv_heads, dim = p->head_dim;
     const int group = heads / kv_heads, width = kv_heads * dim, bs = p->block_size;
-    const int esize = element_size(p->kv_dtype);
-#if defined(__AVX512BF16__)
-    if (p->q_dtype == DT_BF16 && p->kv_dtype == DT_BF16 && dim % 32 == 0 && dim <= 128)
-        scores_bf16(p, row, table, len, scores);
-    else
-#endif
-    {
-        load_row(p->query, row * p->query_stride, p->q_dtype, heads * dim, q);
-        for (int i = 0; i < heads * dim; ++i) q[i] *= p->q_scale;
-        for (int h = 0; h < kv_heads; ++h) {
-            for (int g0 = 0; g0 < group; g0 += 4) {
-                const int tile = group - g0 < 4 ? group - g0 : 4;
-                const float *qt = q + (h * group + g0) * dim;
-                float *st = scores + (int64_t)(h * group + g0) * len;
-                for (int64_t t = 0; t < len; ++t) {
-                    const int64_t at = slot_of(table, t, bs) * width + h * dim;
-                    if (h == 0 && g0 == 0 && t + PREFETCH_TOKENS < len)
-                        prefetch_row((const char *)p->key + slot_of(table, t + PREFETCH_TOKENS, bs) *
-                                                                 width * esize,
-                                     width * esize);
-                    __m512 sum[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
-                                     _mm512_setzero_ps()};
-                    for (int d = 0; d < dim; d += 16) {
-                        const __m512 k = load16(p->key, at + d, p->kv_dtype);
-                        for (int g = 0; g < 4; ++g)
-                            if (g < tile) sum[g] = _mm512_fmadd_ps(_mm512_loadu_ps(qt + g * dim + d), k, sum[g]);
-                    }
-                    for (int g = 0; g < 4; ++g)
-                        if (g < tile) st[g * len + t] = _mm512_reduce_add_ps(sum[g]);
-                }
-            }
-        }
-    }
-    for (int head = 0; head < heads; ++head)
-        lse[head] = softmax_scaled(scores + head * len, len, p->v_scale);
+    const int kv_dtype = p->kv_dtype, row_bytes = width * element_size(kv_dtype);
     for (int h = 0; h < kv_heads; ++h) {
         for (int g0 = 0; g0 < group; g0 += 4) {
             const int tile = group - g0 < 4 ? group - g0 : 4;
-            const float *st = scores + (int64_t)(h * group + g0) * len;
+            const float *qt = q + (h * group + g0) * dim;
+            float *st = scores + (int64_t)(h * group + g0) * len;
+            for (int64_t t = 0; t < len; ++t) {
+                const int64_t at = slot_of(table, t, bs) * width + h * dim;
+                if (h == 0 && g0 == 0) prefetch_ahead(p->key, table, bs, row_bytes, t, len);
+                __m512 sum[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                                 _mm512_setzero_ps()};
+                for (int d = 0; d < dim; d += 16) {
+                    const __m512 k = load16(p->key, at + d, kv_dtype);
+                    for (int g = 0; g < 4; ++g) /* constant bounds keep sum in registers */
+                        if (g < tile)
+                            sum[g] = _mm512_fmadd_ps(_mm512_loadu_ps(qt + g * dim + d), k, sum[g]);
+                }
+                for (int g = 0; g < 4; ++g)
+                    if (g < tile) st[g * len + t] = _mm512_reduce_add_ps(sum[g]);
+            }
+        }
+    }
+}
+
+/* acc = weights (softmaxed scores) times values: per KV head, query heads in tiles of 4
+ * and head_dim in chunks of 64, so the 16 accumulators stay in registers. */
+static void weigh_values(const Problem *p, const int64_t *table, int64_t len,
+                         const float *weights, float *acc) {
+    const int heads = p->num_heads, kv_heads = p->num_kv_heads, dim = p->head_dim;
+    const int group = heads / kv_heads, width = kv_heads * dim, bs = p->block_size;
+    const int kv_dtype = p->kv_dtype, row_bytes = width * element_size(kv_dtype);
+    for (int h = 0; h < kv_heads; ++h) {
+        for (int g0 = 0; g0 < group; g0 += 4) {
+            const int tile = group - g0 < 4 ? group - g0 : 4;
+            const float *wt = weights + (int64_t)(h * group + g0) * len;
             for (int d0 = 0; d0 < dim; d0 += 64) {
                 const int chunks = (dim - d0) / 16 < 4 ? (dim - d0) / 16 : 4;
+                const int lead = h == 0 && g0 == 0 && d0 == 0; /* the pass that reads first */
                 __m512 total[4][4];
                 for (int g = 0; g < 4; ++g)
                     for (int c = 0; c < 4; ++c) total[g][c] = _mm512_setzero_ps();
-                const int lead = h == 0 && g0 == 0 && d0 == 0; /* the pass that reads first */
                 for (int64_t t = 0; t < len; ++t) {
                     const int64_t at = slot_of(table, t, bs) * width + h * dim + d0;
-                    if (lead && t + PREFETCH_TOKENS < len)
-                        prefetch_row((const char *)p->value + slot_of(table, t + PREFETCH_TOKENS, bs) *
-                                                                   width * esize,
-                                     width * esize);
+                    if (lead) prefetch_ahead(p->value, table, bs, row_bytes, t, len);
                     __m512 v[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(),
                                    _mm512_setzero_ps(), _mm512_setzero_ps()};
+                    /* Constant bounds (with guards) keep total and v in registers. */
                     for (int c = 0; c < 4; ++c)
-                        if (c < chunks) v[c] = load16(p->value, at + 16 * c, p->kv_dtype);
+                        if (c < chunks) v[c] = load16(p->value, at + 16 * c, kv_dtype);
                     for (int g = 0; g < 4; ++g) {
                         if (g >= tile) continue;
-                        const __m512 w = _mm512_set1_ps(st[g * len + t]);
+                        const __m512 w = _mm512_set1_ps(wt[g * len + t]);
                         for (int c = 0; c < 4; ++c)
                             if (c < chunks) total[g][c] = _mm512_fmadd_ps(w, v[c], total[g][c]);
                     }
                 }
                 for (int g = 0; g < tile; ++g)
                     for (int c = 0; c < chunks; ++c)
-                        _mm512_storeu_ps(acc + (h * group + g0 + g) * dim + d0 + 16 * c, total[g][c]);
+                        _mm512_storeu_ps(acc + (h * group + g0 + g) * dim + d0 + 16 * c,
+                                         total[g][c]);
             }
         }
     }
+}
+
+/* The vector path (head_dim a multiple of 16), as attend_sequence. */
+static void attend_sequence_avx512(const Problem *p, int64_t row, const int64_t *table,
+                                   int64_t len, float *scores, float *q, float *acc,
+                                   float *lse) {
+    const int heads = p->num_heads, dim = p->head_dim;
+#if defined(__AVX512BF16__)
+    if (p->q_dtype == DT_BF16 && p->kv_dtype == DT_BF16 && dim % 32 == 0 && dim <= 128) {
+        scores_bf16(p, row, table, len, scores);
+    } else
+#endif
+    {
+        load_row(p->query, row * p->query_stride, p->q_dtype, heads * dim, q);
+        for (int i = 0; i < heads * dim; ++i) q[i] *= p->q_scale;
+        scores_wide(p, table, len, q, scores);
+    }
+    for (int head = 0; head < heads; ++head)
+        lse[head] = softmax_scaled(scores + head * len, len, p->v_scale);
+    weigh_values(p, table, len, scores, acc);
 }
 #endif
 
