@@ -103,11 +103,16 @@ def test_auto_picks_the_kernel_on_cpu() -> None:
 
 
 @pytest.mark.parametrize("build", BUILDS)
-@pytest.mark.parametrize("pool", ["bf16", "fp8", "f32"])
+@pytest.mark.parametrize("pool", ["bf16", "fp8", "f32", "f16"])
 def test_cascade_over_a_shared_prefix_matches_the_torch_path(pool: str, build: str) -> None:
     """Decodes sharing 5 blocks (80 tokens): the shared part is attended once for all."""
-    pool_dtype = {"bf16": torch.bfloat16, "fp8": FP8_KV_DTYPE, "f32": torch.float32}[pool]
-    dtype = torch.float32 if pool == "f32" else torch.bfloat16
+    pool_dtype = {
+        "bf16": torch.bfloat16,
+        "fp8": FP8_KV_DTYPE,
+        "f32": torch.float32,
+        "f16": torch.float16,
+    }[pool]
+    dtype = {"f32": torch.float32, "f16": torch.float16}.get(pool, torch.bfloat16)
     contexts = [(80, 1), (95, 1), (96, 1), (130, 1), (81, 20)]  # the last one is a chunk
     case = make_case(
         contexts,
