@@ -37,9 +37,12 @@ class CpuLayerKernels:
     def accepts(*tensors: torch.Tensor) -> bool:
         """CPU tensors of one supported dtype whose last dimension is contiguous."""
         dtype = tensors[0].dtype
-        return dtype in _DTYPE_CODES and all(
-            t.device.type == "cpu" and t.dtype == dtype and t.stride(-1) == 1 for t in tensors
-        )
+        if dtype not in _DTYPE_CODES:
+            return False
+        for t in tensors:  # a plain loop: this runs several times per layer and step
+            if t.dtype != dtype or t.stride(-1) != 1 or t.device.type != "cpu":
+                return False
+        return True
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         """x (T, n), rows possibly strided -> (T, n) contiguous."""
