@@ -192,10 +192,12 @@ class LlamaForCausalLM(nn.Module):
         return normed
 
     def set_layer_kernels(self, kernels: CpuLayerKernels | None) -> None:
-        """Let the norms, rotary and SiLU-and-multiply run the fused CPU kernels (None: off)."""
+        """Let the norms, rotary, SiLU-and-multiply and FP8 dequantizing run the fused CPU
+        kernels (None: off)."""
         for module in self.modules():
-            if isinstance(module, RMSNorm | LlamaAttention | LlamaMLP):
-                module.kernels = kernels
+            # Norms, attention (rotary), MLPs, and FP8 layers (their dequantizing).
+            if hasattr(module, "kernels"):
+                setattr(module, "kernels", kernels)  # noqa: B010  (nn.Module typing)
 
     def set_attention_backend(self, backend: AttentionBackend) -> None:
         """Let every layer attend through ``backend`` (the engine picks it per device)."""

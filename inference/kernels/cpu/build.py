@@ -45,6 +45,7 @@ SIGNATURES: dict[str, dict[str, list[type[Any]]]] = {
         "rms_norm": [_p, _i64, _p, _p, _i64, _i32, _f32, _i32, _i32],
         "silu_and_mul": [_p, _i64, _p, _i64, _i32, _i32, _i32],
         "rotary": [_p, _i64, _p, _p, _p, _i64, _i32, _i32, _i32, _i32],
+        "fp8_dequantize": [_p, _p, _i64, _i32, _i32, _i32, _p, _i32, _i32],
     },
 }
 

@@ -141,3 +141,41 @@ void rotary(const void *x, int64_t stride, const void *cos, const void *sin, voi
         free(tmp);
     }
 }
+
+/* One e4m3fn byte as float32 (exact): sign, 4 exponent bits (bias 7), 3 mantissa bits;
+ * exponent 0 is subnormal (m * 2^-9), 0x7f / 0xff are NaN and there are no infinities. */
+static inline float e4m3_value(uint8_t b) {
+    const uint32_t sign = (uint32_t)(b & 0x80) << 24, e = (b >> 3) & 15u, m = b & 7u;
+    const uint32_t bits = sign | ((e + 120u) << 23) | (m << 20);
+    float normal;
+    memcpy(&normal, &bits, sizeof normal);
+    const float sub = (float)m * 0.001953125f;
+    const float value = e ? normal : (sign ? -sub : sub);
+    return (e == 15u && m == 7u) ? NAN : value;
+}
+
+/* out (rows, cols) = e4m3 q (rows, cols) times its scale, rounded once to `dtype`, as
+ * `q.float() * scale` then `.to(dtype)` does. scale: (rows, groups) float32, the group of
+ * column c being c / group_size; NULL for a plain conversion. */
+void fp8_dequantize(const uint8_t *q, const float *scale, int64_t rows, int cols, int groups,
+                    int group_size, void *out, int dtype, int num_threads) {
+#pragma omp parallel num_threads(num_threads)
+    {
+        float *row = malloc(sizeof(float) * (size_t)cols);
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < rows; ++r) {
+            if (!row) continue;
+            const uint8_t *src = q + r * (int64_t)cols;
+            for (int c = 0; c < cols; ++c) row[c] = e4m3_value(src[c]);
+            if (scale) {
+                const float *s = scale + r * (int64_t)groups;
+                for (int g = 0; g * group_size < cols; ++g) {
+                    const int end = (g + 1) * group_size < cols ? (g + 1) * group_size : cols;
+                    for (int c = g * group_size; c < end; ++c) row[c] *= s[g];
+                }
+            }
+            narrow(row, out, r * (int64_t)cols, dtype, cols);
+        }
+        free(row);
+    }
+}

@@ -25,12 +25,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from inference.model.layers.linear import FusedLinear
+
+if TYPE_CHECKING:
+    from inference.kernels.cpu.layers import CpuLayerKernels
 
 log = logging.getLogger("inference.model.quant")
 
@@ -242,11 +246,21 @@ class Fp8Linear(nn.Module):
                 self._use_scaled_mm = False
         return self._forward_dequant(x)
 
+    @property
+    def kernels(self) -> CpuLayerKernels | None:
+        """The CPU's fused kernels, which dequantize the weight where set."""
+        return self._grouped_matmul.kernels
+
+    @kernels.setter
+    def kernels(self, kernels: CpuLayerKernels | None) -> None:
+        self._grouped_matmul.kernels = kernels
+
     def _forward_dequant(self, x: torch.Tensor) -> torch.Tensor:
         if self.group_size is not None:
             y = self._grouped_matmul(x, self.weight, self.weight_scale, self.group_size)
         else:
-            y = F.linear(x, self.weight.to(x.dtype)) * self.weight_scale.to(x.dtype)
+            weight = self._grouped_matmul.dequantize(self.weight, None, x.dtype)
+            y = F.linear(x, weight) * self.weight_scale.to(x.dtype)
         return y if self.bias is None else y + self.bias
 
     def _forward_scaled_mm(self, x: torch.Tensor) -> torch.Tensor:
@@ -279,10 +293,12 @@ class Fp8Linear(nn.Module):
 class GroupedFp8Matmul:
     """``x @ dequantize(q, scale).T`` for grouped scales, as a layer runs it: the Triton
     kernel (`inference/kernels/triton/fp8_matmul.py`) on CUDA, `grouped_fp8_linear`
-    elsewhere and, for good, after the kernel fails once."""
+    elsewhere and, for good, after the kernel fails once. With ``kernels`` set (the CPU's
+    fused kernels), weights are dequantized by them instead of by torch's conversion."""
 
     def __init__(self) -> None:
         self.use_triton = True
+        self.kernels: CpuLayerKernels | None = None
 
     def __call__(
         self, x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, group_size: int
@@ -295,11 +311,31 @@ class GroupedFp8Matmul:
             except Exception as err:  # no triton, or a GPU it cannot compile for
                 log.warning("grouped FP8 Triton matmul failed (%s); dequantizing instead", err)
                 self.use_triton = False
-        return grouped_fp8_linear(x, q, scale, group_size)
+        return grouped_fp8_linear(x, q, scale, group_size, self.dequantize)
+
+    def dequantize(
+        self,
+        q: torch.Tensor,
+        scale: torch.Tensor | None,
+        dtype: torch.dtype,
+        group_size: int | None = None,
+    ) -> torch.Tensor:
+        """`dequantize_weight_fp8` (``scale`` None: only the conversion to ``dtype``)."""
+        if self.kernels is not None:
+            fast = self.kernels.dequantize_fp8(q, scale, dtype, group_size)
+            if fast is not None:
+                return fast
+        if scale is None:
+            return q.to(dtype)
+        return dequantize_weight_fp8(q, scale, dtype, group_size)
 
 
 def grouped_fp8_linear(
-    x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, group_size: int
+    x: torch.Tensor,
+    q: torch.Tensor,
+    scale: torch.Tensor,
+    group_size: int,
+    dequantize: Callable[..., torch.Tensor] = dequantize_weight_fp8,
 ) -> torch.Tensor:
     """``x @ dequantize(q, scale).T`` for a grouped scale, (..., in) -> (..., out).
 
@@ -308,9 +344,9 @@ def grouped_fp8_linear(
     """
     rows = max(1, DEQUANT_SLICE_ELEMENTS // q.shape[1])
     if rows >= q.shape[0]:
-        return F.linear(x, dequantize_weight_fp8(q, scale, x.dtype, group_size))
+        return F.linear(x, dequantize(q, scale, x.dtype, group_size))
     parts = [
-        F.linear(x, dequantize_weight_fp8(q[i : i + rows], s, x.dtype, group_size))
+        F.linear(x, dequantize(q[i : i + rows], s, x.dtype, group_size))
         for i, s in zip(range(0, q.shape[0], rows), scale.split(rows), strict=True)
     ]
     return torch.cat(parts, dim=-1)

@@ -7,6 +7,8 @@ per-output-channel (and group) scales for the logits, so a tied model keeps one 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
 
@@ -14,9 +16,11 @@ from inference.model.layers.embedding import VocabEmbedding
 from inference.model.quant.fp8 import (
     FP8_DTYPE,
     GroupedFp8Matmul,
-    dequantize_weight_fp8,
     quantize_weight_fp8,
 )
+
+if TYPE_CHECKING:
+    from inference.kernels.cpu.layers import CpuLayerKernels
 
 
 class Fp8Embedding(nn.Module):
@@ -57,7 +61,16 @@ class Fp8Embedding(nn.Module):
         # Gathered as bytes: index_select has no FP8 kernel on every device.
         rows = self.weight.view(torch.uint8).index_select(0, input_ids).view(FP8_DTYPE)
         scale = self.weight_scale.index_select(0, input_ids)
-        return dequantize_weight_fp8(rows, scale, self.dtype, self.group_size)
+        return self._matmul.dequantize(rows, scale, self.dtype, self.group_size)
+
+    @property
+    def kernels(self) -> CpuLayerKernels | None:
+        """The CPU's fused kernels, which dequantize the table where set."""
+        return self._matmul.kernels
+
+    @kernels.setter
+    def kernels(self, kernels: CpuLayerKernels | None) -> None:
+        self._matmul.kernels = kernels
 
     def unembed(self, hidden: torch.Tensor) -> torch.Tensor:  # (N, hidden) -> (N, vocab)
         """Logits of a tied output projection: ``hidden @ table.T``."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -9,6 +11,12 @@ from inference.kernels.cpu.layers import CpuLayerKernels, load_layer_kernels
 from inference.model.layers.activation import silu_and_mul
 from inference.model.layers.norm import RMSNorm
 from inference.model.layers.rotary import RotaryEmbedding, apply_rotary
+from inference.model.loader import load_model
+from inference.model.quant import Fp8Linear
+from inference.model.quant.fp8 import FP8_DTYPE, dequantize_weight_fp8
+from inference.model.quant.fp8_embedding import Fp8Embedding
+from tests.inference.checkpoints import make_checkpoint
+from tests.inference.model.paged import PagedDriver
 
 BUILDS = {"native": (), "portable": ("-mno-avx512f",)}
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16}
@@ -80,3 +88,34 @@ def test_what_the_kernels_do_not_take_falls_back_to_torch() -> None:
     assert not fast.accepts(torch.randn(4, 4).half())
     with pytest.raises(ValueError, match="silu_and_mul"):
         fast.silu_and_mul(torch.randn(4, 5))
+
+
+@pytest.mark.parametrize("build", BUILDS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("group_size", [None, 16, 24])
+def test_fp8_dequantize_gives_torchs_values(group_size: int | None, dtype: str, build: str) -> None:
+    """Every e4m3 byte (NaN aside), scaled per row or per group (a ragged last group too)."""
+    bytes_ = torch.arange(256, dtype=torch.uint8).repeat(2)
+    bytes_ = bytes_[(bytes_ & 0x7F) != 0x7F].view(4, -1)  # 4 rows of 127 columns
+    q = bytes_.view(FP8_DTYPE)
+    shape = (4,) if group_size is None else (4, -(-q.shape[1] // group_size))
+    scale = torch.rand(shape, generator=torch.Generator().manual_seed(3)) * 4
+    expected = dequantize_weight_fp8(q, scale, DTYPES[dtype], group_size)
+    actual = kernels(build).dequantize_fp8(q, scale, DTYPES[dtype], group_size)
+    assert actual is not None and torch.equal(actual, expected)
+    plain = kernels(build).dequantize_fp8(q, None, DTYPES[dtype])
+    assert plain is not None and torch.equal(plain, q.to(DTYPES[dtype]))
+
+
+def test_fp8_layers_dequantize_through_the_kernels(tmp_path: Path) -> None:
+    """An FP8 model (linears and vocabulary) gives the same logits with and without them."""
+    model, config = load_model(
+        make_checkpoint("smollm2", tmp_path), dtype="bfloat16", progress=False, quantization="fp8"
+    )
+    tokens = torch.randint(3, config.vocab_size, (20,), generator=torch.Generator().manual_seed(4))
+    expected = PagedDriver(model, num_blocks=8).step({0: tokens.tolist()})
+    model.set_layer_kernels(kernels("native"))
+    fp8_layers = [m for m in model.modules() if isinstance(m, Fp8Linear | Fp8Embedding)]
+    assert fp8_layers and all(m.kernels is not None for m in fp8_layers)
+    actual = PagedDriver(model, num_blocks=8).step({0: tokens.tolist()})
+    torch.testing.assert_close(actual, expected, rtol=2e-2, atol=2e-2)
