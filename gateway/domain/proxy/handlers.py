@@ -40,18 +40,15 @@ from gateway.tracing import incoming_context, traceparent_of
 log = structlog.get_logger("gateway.proxy")
 
 
-@asgi("/v1/chat/completions", copy_scope=False)
-async def chat_completions(scope: Scope, receive: Receive, send: Send) -> None:
+async def chat_completions_api(scope: Scope, receive: Receive, send: Send) -> None:
     await serve_completion(scope, receive, send, "chat.completions")
 
 
-@asgi("/v1/completions", copy_scope=False)
-async def completions(scope: Scope, receive: Receive, send: Send) -> None:
+async def completions_api(scope: Scope, receive: Receive, send: Send) -> None:
     await serve_completion(scope, receive, send, "completions")
 
 
-@asgi("/v1/models", copy_scope=False)
-async def models(scope: Scope, receive: Receive, send: Send) -> None:
+async def models_api(scope: Scope, receive: Receive, send: Send) -> None:
     headers = dict(scope["headers"])
     exchange = _exchange(scope, "models", headers)
     try:
@@ -66,6 +63,18 @@ async def models(scope: Scope, receive: Receive, send: Send) -> None:
     except ApiError as error:
         await send_error(send, error)
         await exchange.finish(error.status, reason=error.reason, error=error.message)
+
+
+# The API's paths and their handlers. `entry.py` serves these ahead of Litestar's router;
+# the same handlers are Litestar routes too, so the app lists them with its other routes.
+API_ROUTES = {
+    "/v1/chat/completions": chat_completions_api,
+    "/v1/completions": completions_api,
+    "/v1/models": models_api,
+}
+chat_completions = asgi("/v1/chat/completions", copy_scope=False)(chat_completions_api)
+completions = asgi("/v1/completions", copy_scope=False)(completions_api)
+models = asgi("/v1/models", copy_scope=False)(models_api)
 
 
 async def serve_completion(scope: Scope, receive: Receive, send: Send, endpoint: str) -> None:
