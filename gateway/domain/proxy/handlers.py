@@ -35,7 +35,7 @@ from gateway.domain.proxy.upstream import (
     upstream_error,
 )
 from gateway.domain.workers.pool import NoUpstream, Upstream
-from gateway.tracing import incoming_context, traceparent_of
+from gateway.tracing import traceparent_of
 
 log = structlog.get_logger("gateway.proxy")
 
@@ -82,9 +82,7 @@ async def serve_completion(scope: Scope, receive: Receive, send: Send, endpoint:
     exchange = _exchange(scope, endpoint, headers)
     traffic = exchange.traffic
     path = PATHS[endpoint]
-    with traffic.tracer.start_as_current_span(
-        f"POST {path}", context=incoming_context(headers), kind=trace.SpanKind.SERVER
-    ) as span:
+    with traffic.tracing.server(f"POST {path}", headers) as span:
         span.set_attribute("enclave.request_id", exchange.request_id)
         response_started = False
 
@@ -149,9 +147,7 @@ async def _forward(
         span.set_attribute("enclave.upstream", upstream.url)
         with (
             traffic.pool.lease(upstream),
-            traffic.tracer.start_as_current_span(
-                "upstream", kind=trace.SpanKind.CLIENT, attributes={"server.address": upstream.url}
-            ) as child,
+            traffic.tracing.client(span, "upstream", upstream.url) as child,
         ):
             call = Call(
                 upstream.url + PATHS[request.endpoint], body, _upstream_headers(exchange, child)

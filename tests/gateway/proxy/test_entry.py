@@ -20,6 +20,7 @@ from tests.gateway.helpers import embedded_gateway
 from tests.gateway.traffic.conftest import WORKER_TOKEN, read_records, set_limits
 from tests.gateway.traffic.processes import fake_worker
 
+TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "stream": True}
 
 
@@ -34,7 +35,7 @@ def test_api_requests_keep_request_id_auth_limits_audit_and_the_log_line(
     stream = io.StringIO()
     configure_logging("info", "json", stream=stream)
     try:
-        with fake_worker() as (worker_url, _upstream):
+        with fake_worker() as (worker_url, upstream):
             gateway = embedded_gateway(tmp_path, workers=worker_url, worker_token=WORKER_TOKEN)
             settings = gateway.settings
             asyncio.run(admin_tasks.create_department(settings, "Quality", "quality"))
@@ -43,10 +44,12 @@ def test_api_requests_keep_request_id_auth_limits_audit_and_the_log_line(
             app = create_app(settings)
             auth = {"authorization": f"Bearer {key}"}
             with TestClient(app=app) as client:
-                first = client.post(
-                    "/v1/chat/completions", json=CHAT, headers={**auth, "x-request-id": "api-1"}
-                )
+                caller = {"x-request-id": "api-1", "traceparent": f"00-{TRACE}-00f067aa0ba902b7-01"}
+                first = client.post("/v1/chat/completions", json=CHAT, headers={**auth, **caller})
                 assert first.status_code == 200 and first.headers["x-request-id"] == "api-1"
+                head = upstream.last_head.decode().lower()
+                assert "x-request-id: api-1" in head and "x-enclave-tenant: quality" in head
+                assert f"traceparent: 00-{TRACE}-" in head  # no exporter, the trace goes on
                 assert first.headers["x-ratelimit-limit-requests"] == "1"
                 assert "data: [DONE]" in first.text
                 assert client.get("/v1/models", headers=auth).json()["data"][0]["id"] == MODEL
