@@ -15,6 +15,7 @@ from gateway.domain.departments.controllers import DepartmentController, GroupMa
 from gateway.domain.identity.controllers import IdentityController, OidcController
 from gateway.domain.identity.middleware import principal_middleware
 from gateway.domain.keys.controllers import KeyController
+from gateway.domain.proxy.entry import put_api_first
 from gateway.domain.proxy.handlers import chat_completions, completions, models
 from gateway.domain.proxy.traffic import Traffic
 from gateway.domain.users.controllers import UserController
@@ -95,4 +96,5 @@ def create_app(
     app.state.settings = settings
     app.state.gateway = gateway
     app.state.traffic = traffic
+    put_api_first(app)
     return app

@@ -8,6 +8,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from sqlalchemy.exc import IntegrityError
@@ -15,6 +16,9 @@ from sqlalchemy.exc import IntegrityError
 from gateway import cli_admin, cli_audit
 from gateway.bench import gateway_bench
 from gateway.settings import Settings, SettingsError, unknown_variables
+
+if TYPE_CHECKING:
+    from litestar import Litestar
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -77,22 +81,48 @@ def serve(settings: Settings) -> int:
             return 2
         supervisor = embedded_supervisor(settings)
         log.info("starting the embedded worker", model=settings.model, url=supervisor.url)
-    log.info("starting", mode=settings.mode, url=f"http://{settings.host}:{settings.port}")
+    log.info(
+        "starting",
+        mode=settings.mode,
+        url=f"http://{settings.host}:{settings.port}",
+        processes=settings.processes,
+    )
+    options: dict[str, Any] = {
+        "host": settings.host,
+        "port": settings.port,
+        "log_config": None,
+        "access_log": False,  # the request middleware writes the one canonical line
+        "server_header": False,
+    }
+    if settings.processes > 1:
+        # uvicorn's supervisor binds the port once and starts each process on it; every
+        # process builds its own app from the same ENCLAVE_* variables (app_from_env).
+        uvicorn.run("gateway.cli:app_from_env", factory=True, workers=settings.processes, **options)
+        return 0
     app = create_app(settings, supervisor=supervisor)
+    _freeze_heap()
+    uvicorn.run(app, **options)
+    return 0
+
+
+def app_from_env() -> Litestar:
+    """One of several gateway processes: its app, built from the environment as `serve` is."""
+    from gateway.app import create_app
+    from gateway.logging import configure_logging
+
+    settings = Settings.from_env()
+    configure_logging(settings.log_level, settings.log_format)
+    app = create_app(settings)
+    _freeze_heap()
+    return app
+
+
+def _freeze_heap() -> None:
     # The modules and the app are alive for the whole process: keep them out of the
     # collector's way. A full collection over them took 125 ms here, a pause every stream
     # in flight would feel; frozen, the collector scans only what requests allocate.
     gc.collect()
     gc.freeze()
-    uvicorn.run(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_config=None,
-        access_log=False,  # the request middleware writes the one canonical line
-        server_header=False,
-    )
-    return 0
 
 
 def first_start(settings: Settings) -> None:

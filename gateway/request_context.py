@@ -1,10 +1,15 @@
-"""ASGI middleware: a request id per request, bound to the log context and echoed back."""
+"""A request id per request, bound to the log context and echoed back; one log line each.
+
+Two ways in use it: the ASGI middleware around Litestar's routes, and the OpenAI API's own
+entry (`gateway.domain.proxy.entry`), which runs ahead of Litestar's stack.
+"""
 
 from __future__ import annotations
 
 import re
 import time
 import uuid
+from collections.abc import Mapping
 from typing import cast
 
 import structlog
@@ -17,39 +22,62 @@ _VALID_ID = re.compile(rb"^[A-Za-z0-9._:-]{1,128}$")
 log = structlog.get_logger("gateway.access")
 
 
+def begin_request(scope: Scope, headers: Mapping[bytes, bytes]) -> str:
+    """The request's id (the caller's if it is plain, else a new one), bound to the log
+    context and put in the scope's state."""
+    incoming = headers.get(REQUEST_ID_HEADER, b"")
+    request_id = incoming.decode() if _VALID_ID.match(incoming) else f"req-{uuid.uuid4().hex}"
+    structlog.contextvars.clear_contextvars()
+    structlog.contextvars.bind_contextvars(request_id=request_id)
+    scope.setdefault("state", {})["request_id"] = request_id
+    return request_id
+
+
+def end_request(method: str, path: str, status: int, started: float) -> None:
+    """The canonical line: one per request, whatever its outcome."""
+    log.info(
+        "request",
+        method=method,
+        path=path,
+        status=status,
+        duration_ms=round((time.perf_counter() - started) * 1000, 2),
+    )
+    structlog.contextvars.clear_contextvars()
+
+
+class ReplyWithId:
+    """The ASGI ``send`` of one request: adds the request id to the response head and
+    remembers the status (500 until a head is sent)."""
+
+    __slots__ = ("request_id", "send", "started", "status")
+
+    def __init__(self, send: Send, request_id: str) -> None:
+        self.send = send
+        self.request_id = request_id
+        self.status = 500
+        self.started = False
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.status = message["status"]
+            self.started = True
+            headers = list(message.get("headers", []))
+            headers.append((REQUEST_ID_HEADER, self.request_id.encode()))
+            message = {**message, "headers": headers}
+        await self.send(message)
+
+
 def request_id_middleware(app: ASGIApp) -> ASGIApp:
     async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await app(scope, receive, send)
             return
         http_scope = cast(HTTPScope, scope)
-        incoming = dict(scope["headers"]).get(REQUEST_ID_HEADER, b"")
-        request_id = incoming.decode() if _VALID_ID.match(incoming) else f"req-{uuid.uuid4().hex}"
-        structlog.contextvars.clear_contextvars()
-        structlog.contextvars.bind_contextvars(request_id=request_id)
-        scope.setdefault("state", {})["request_id"] = request_id
         started = time.perf_counter()
-        status = 500
-
-        async def send_with_id(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-                headers = list(message.get("headers", []))
-                headers.append((REQUEST_ID_HEADER, request_id.encode()))
-                message = {**message, "headers": headers}
-            await send(message)
-
+        reply = ReplyWithId(send, begin_request(scope, dict(scope["headers"])))
         try:
-            await app(scope, receive, send_with_id)
+            await app(scope, receive, reply)
         finally:
-            log.info(
-                "request",
-                method=http_scope["method"],
-                path=http_scope["path"],
-                status=status,
-                duration_ms=round((time.perf_counter() - started) * 1000, 2),
-            )
-            structlog.contextvars.clear_contextvars()
+            end_request(http_scope["method"], http_scope["path"], reply.status, started)
 
     return middleware

@@ -67,6 +67,9 @@ class Settings:
     # 0 keeps audit records forever; otherwise a job deletes older ones (the chain's anchor kept).
     audit_retention_days: int = 0
     otlp_endpoint: str = ""
+    # Gateway processes on one listening socket (uvicorn's supervisor starts them): one per
+    # core the gateway may have. More than one needs what they share to be outside them.
+    processes: int = 1
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:
@@ -77,7 +80,7 @@ class Settings:
             raise SettingsError(f"{env_name('session_idle_minutes')} must be at least 1")
         if self.session_absolute_hours < 1:
             raise SettingsError(f"{env_name('session_absolute_hours')} must be at least 1")
-        for name in ("health_interval_ms", "upstream_timeout_seconds", "worker_port"):
+        for name in ("health_interval_ms", "upstream_timeout_seconds", "worker_port", "processes"):
             if getattr(self, name) < 1:
                 raise SettingsError(f"{env_name(name)} must be at least 1")
         for name in ("audit_body_max_bytes", "audit_retention_days"):
@@ -86,6 +89,18 @@ class Settings:
         for url in self.worker_urls:
             if not url.startswith(("http://", "https://")):
                 raise SettingsError(f"{env_name('workers')}: {url!r} is not an http(s) URL")
+        if self.processes > 1:
+            # Each process would count its own limits, start its own worker, or write its
+            # own SQLite chain: exact shared limits need Redis, one audit chain Postgres.
+            for name, why in (
+                ("redis_url", "the in-process limiter counts per process"),
+                ("database_url", "the audit chain is shared through Postgres"),
+                ("workers", "each process would start its own embedded worker"),
+            ):
+                if not getattr(self, name):
+                    raise SettingsError(
+                        f"{env_name('processes')} > 1 needs {env_name(name)}: {why}"
+                    )
         if self.oidc_issuer and not self.oidc_client_id:
             raise SettingsError(f"{env_name('oidc_client_id')} is required with an OIDC issuer")
         if self.mode == "production":

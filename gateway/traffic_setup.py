@@ -13,7 +13,7 @@ from gateway.domain.workers.supervisor import WorkerSupervisor
 from gateway.domain.workers.worker_token import embedded_worker_token
 from gateway.settings import Settings
 from gateway.state import GatewayState
-from gateway.tracing import build_tracer_provider
+from gateway.tracing import RequestTracing, build_tracer_provider
 
 
 def embedded_supervisor(settings: Settings) -> WorkerSupervisor:
@@ -43,7 +43,7 @@ def build_traffic(
         pool,
         build_limiter(settings, state.redis),
         state.audit,
-        provider.get_tracer("gateway"),
+        RequestTracing(provider),
         token,
         supervisor,
     )

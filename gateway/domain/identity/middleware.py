@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from http.cookies import SimpleCookie
 from typing import TYPE_CHECKING
 
@@ -27,15 +28,20 @@ def principal_middleware(app: ASGIApp) -> ASGIApp:
     async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             state: GatewayState = scope["litestar_app"].state.gateway
-            headers = dict(scope["headers"])
-            scope.setdefault("state", {})[PRINCIPAL_KEY] = await resolve_principal(
-                state,
-                headers.get(b"authorization", b"").decode("latin-1"),
-                headers.get(b"cookie", b"").decode("latin-1"),
-            )
+            principal = await principal_of(state, dict(scope["headers"]))
+            scope.setdefault("state", {})[PRINCIPAL_KEY] = principal
         await app(scope, receive, send)
 
     return middleware
+
+
+async def principal_of(state: GatewayState, headers: Mapping[bytes, bytes]) -> Principal:
+    """Who sent a request with these headers: its API key, else its session cookie."""
+    return await resolve_principal(
+        state,
+        headers.get(b"authorization", b"").decode("latin-1"),
+        headers.get(b"cookie", b"").decode("latin-1"),
+    )
 
 
 async def resolve_principal(state: GatewayState, authorization: str, cookie: str) -> Principal:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import inspect
 from collections.abc import Awaitable, Mapping
 from typing import TypeVar
 
@@ -57,20 +57,54 @@ async def until_disconnect(receive: Receive) -> None:
         pass
 
 
-async def unless_client_leaves(work: Awaitable[T], receive: Receive) -> T:
-    """``work``'s result, or ClientGone (with ``work`` cancelled) if the client leaves first."""
-    task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(until_disconnect(receive))
-    try:
-        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-    except BaseException:
-        task.cancel()
-        raise
-    finally:
-        watcher.cancel()
-    if task.done():
-        return task.result()
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError, Exception):
-        await task
-    raise ClientGone
+class ClientWatch:
+    """Notices the client leaving while the handler waits on the worker.
+
+    One task per request reads ``receive`` for the disconnect; :meth:`guard` awaits its
+    work in the handler's own task and, if the client leaves meanwhile, cancels it and
+    raises ClientGone (the way ``asyncio.timeout`` turns its cancellation into an error).
+    A task per guarded step would cost a loop iteration before the worker is even written
+    to. Outside a guard (sending to the client, accounting) nothing is cancelled: the next
+    guard raises at once instead.
+    """
+
+    def __init__(self, receive: Receive) -> None:
+        task = asyncio.current_task()
+        if task is None:
+            raise RuntimeError("a ClientWatch runs inside a task")
+        self._task = task
+        self.gone = False
+        self._guarding = False
+        self._cancelling = 0
+        self._watcher = asyncio.ensure_future(until_disconnect(receive))
+        self._watcher.add_done_callback(self._left)
+
+    def __enter__(self) -> ClientWatch:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._watcher.remove_done_callback(self._left)
+        self._watcher.cancel()
+
+    async def guard(self, work: Awaitable[T]) -> T:
+        """``work``'s result, or ClientGone (``work`` cancelled) if the client leaves first."""
+        if self.gone:
+            if inspect.iscoroutine(work):
+                work.close()
+            raise ClientGone
+        self._cancelling = self._task.cancelling()
+        self._guarding = True
+        try:
+            return await work
+        except asyncio.CancelledError:
+            if self.gone and self._task.uncancel() <= self._cancelling:
+                raise ClientGone from None
+            raise
+        finally:
+            self._guarding = False
+
+    def _left(self, _watcher: asyncio.Future[None]) -> None:
+        # A disconnect, or receive failing: either way the client is not there to answer.
+        self.gone = True
+        if self._guarding:
+            self._task.cancel()

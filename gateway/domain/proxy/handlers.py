@@ -35,23 +35,20 @@ from gateway.domain.proxy.upstream import (
     upstream_error,
 )
 from gateway.domain.workers.pool import NoUpstream, Upstream
-from gateway.tracing import incoming_context, traceparent_of
+from gateway.tracing import traceparent_of
 
 log = structlog.get_logger("gateway.proxy")
 
 
-@asgi("/v1/chat/completions", copy_scope=False)
-async def chat_completions(scope: Scope, receive: Receive, send: Send) -> None:
+async def chat_completions_api(scope: Scope, receive: Receive, send: Send) -> None:
     await serve_completion(scope, receive, send, "chat.completions")
 
 
-@asgi("/v1/completions", copy_scope=False)
-async def completions(scope: Scope, receive: Receive, send: Send) -> None:
+async def completions_api(scope: Scope, receive: Receive, send: Send) -> None:
     await serve_completion(scope, receive, send, "completions")
 
 
-@asgi("/v1/models", copy_scope=False)
-async def models(scope: Scope, receive: Receive, send: Send) -> None:
+async def models_api(scope: Scope, receive: Receive, send: Send) -> None:
     headers = dict(scope["headers"])
     exchange = _exchange(scope, "models", headers)
     try:
@@ -68,14 +65,24 @@ async def models(scope: Scope, receive: Receive, send: Send) -> None:
         await exchange.finish(error.status, reason=error.reason, error=error.message)
 
 
+# The API's paths and their handlers. `entry.py` serves these ahead of Litestar's router;
+# the same handlers are Litestar routes too, so the app lists them with its other routes.
+API_ROUTES = {
+    "/v1/chat/completions": chat_completions_api,
+    "/v1/completions": completions_api,
+    "/v1/models": models_api,
+}
+chat_completions = asgi("/v1/chat/completions", copy_scope=False)(chat_completions_api)
+completions = asgi("/v1/completions", copy_scope=False)(completions_api)
+models = asgi("/v1/models", copy_scope=False)(models_api)
+
+
 async def serve_completion(scope: Scope, receive: Receive, send: Send, endpoint: str) -> None:
     headers = dict(scope["headers"])
     exchange = _exchange(scope, endpoint, headers)
     traffic = exchange.traffic
     path = PATHS[endpoint]
-    with traffic.tracer.start_as_current_span(
-        f"POST {path}", context=incoming_context(headers), kind=trace.SpanKind.SERVER
-    ) as span:
+    with traffic.tracing.server(f"POST {path}", headers) as span:
         span.set_attribute("enclave.request_id", exchange.request_id)
         response_started = False
 
@@ -140,9 +147,7 @@ async def _forward(
         span.set_attribute("enclave.upstream", upstream.url)
         with (
             traffic.pool.lease(upstream),
-            traffic.tracer.start_as_current_span(
-                "upstream", kind=trace.SpanKind.CLIENT, attributes={"server.address": upstream.url}
-            ) as child,
+            traffic.tracing.client(span, "upstream", upstream.url) as child,
         ):
             call = Call(
                 upstream.url + PATHS[request.endpoint], body, _upstream_headers(exchange, child)

@@ -13,14 +13,14 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections import defaultdict, deque
-from collections.abc import AsyncIterator, Awaitable
-from typing import TypeVar
+from collections.abc import AsyncIterator
 from urllib.parse import urlsplit
 
 # Idle connections kept per worker; more are opened when needed, closed when returned.
 MAX_IDLE = 256
 _READ_LIMIT = 1 << 20
-T = TypeVar("T")
+_READ_SIZE = 65536
+_MAX_LINE = 4096  # a chunk-size or trailer line longer than this is not from our worker
 
 
 class UpstreamError(Exception):
@@ -65,6 +65,7 @@ class Response:
         self._connection: _Connection | None = connection
         self._timeout = read_timeout
         self._complete = False
+        self._idle: _IdleTimer | None = None
         self._chunked = "chunked" in headers.get("transfer-encoding", "").lower()
         length = headers.get("content-length")
         self._length = int(length) if length is not None and not self._chunked else None
@@ -76,48 +77,82 @@ class Response:
         return b"".join([piece async for piece in self.chunks()])
 
     async def chunks(self) -> AsyncIterator[bytes]:
-        """The body, piece by piece as it arrives."""
+        """The body, piece by piece as it arrives (a chunked body: one piece per chunk)."""
         connection = self._connection
         if connection is None:
             raise UpstreamBroken("the response was already closed")
-        reader = connection.reader
+        self._idle = idle = _IdleTimer(self._timeout)
         try:
             if self._chunked:
-                while True:
-                    line = await self._within(reader.readuntil(b"\r\n"))
-                    size = int(line.split(b";", 1)[0].strip(), 16)
-                    if size == 0:
-                        while await self._within(reader.readuntil(b"\r\n")) != b"\r\n":
-                            pass  # trailers, ignored
-                        break
-                    data = await self._within(reader.readexactly(size + 2))
-                    yield data[:-2]
+                async for piece in self._dechunk(connection.reader, idle):
+                    yield piece
             elif self._length is not None:
                 left = self._length
                 while left:
-                    data = await self._within(reader.read(min(left, 65536)))
+                    data = await idle.read(connection.reader, min(left, _READ_SIZE))
                     if not data:
                         raise UpstreamBroken("the worker closed the connection mid-body")
                     left -= len(data)
                     yield data
             else:  # neither length nor chunks: the body ends when the worker closes
-                while data := await self._within(reader.read(65536)):
+                while data := await idle.read(connection.reader, _READ_SIZE):
                     yield data
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as exc:
-            raise UpstreamBroken(f"the worker's response broke off: {exc!r}") from None
         except OSError as exc:
             raise UpstreamBroken(f"the connection to the worker failed: {exc!r}") from None
+        finally:
+            idle.stop()
         self._complete = True
 
-    async def _within(self, step: Awaitable[T]) -> T:
-        try:
-            async with asyncio.timeout(self._timeout):
-                return await step
-        except TimeoutError:
-            raise UpstreamTimeout(f"no data from the worker for {self._timeout:g} s") from None
+    async def _dechunk(
+        self, reader: asyncio.StreamReader, idle: _IdleTimer
+    ) -> AsyncIterator[bytes]:
+        """Chunked transfer coding, parsed from whatever the socket has: one await per read,
+        not two per chunk, since a worker's event usually arrives whole in one segment."""
+        buffer = bytearray()
+        pos = 0  # where the next chunk's size line starts
+        while True:
+            eol = buffer.find(b"\r\n", pos)
+            if eol >= 0:
+                size = _chunk_size(buffer[pos:eol])
+                if size == 0:
+                    pos = eol + 2
+                    break
+                end = eol + 2 + size
+                if len(buffer) >= end + 2:
+                    if buffer[end : end + 2] != b"\r\n":
+                        raise UpstreamBroken("the worker's chunk framing is broken")
+                    yield bytes(buffer[eol + 2 : end])
+                    pos = end + 2
+                    continue
+            elif len(buffer) - pos > _MAX_LINE:
+                raise UpstreamBroken("the worker's chunk size line is too long")
+            del buffer[:pos]
+            pos = 0
+            buffer += await self._more(reader, idle)
+        # Trailers (ignored) up to the empty line that ends the body.
+        while (eol := buffer.find(b"\r\n", pos)) != pos:
+            if eol > pos:
+                pos = eol + 2
+                continue
+            if len(buffer) - pos > _MAX_LINE:
+                raise UpstreamBroken("the worker's trailers are too long")
+            del buffer[:pos]
+            pos = 0
+            buffer += await self._more(reader, idle)
+        if len(buffer) > pos + 2:
+            self._keep = False  # bytes after the body: not a connection to trust again
+
+    @staticmethod
+    async def _more(reader: asyncio.StreamReader, idle: _IdleTimer) -> bytes:
+        data = await idle.read(reader, _READ_SIZE)
+        if not data:
+            raise UpstreamBroken("the worker's response broke off mid-body")
+        return data
 
     def release(self) -> None:
         """Done with the response: a fully read one keeps its connection for the next call."""
+        if self._idle is not None:
+            self._idle.stop()
         connection, self._connection = self._connection, None
         if connection is None:
             return
@@ -128,6 +163,8 @@ class Response:
 
     def close(self) -> None:
         """Drop the connection (mid-stream, the worker sees the client leave and cancels)."""
+        if self._idle is not None:
+            self._idle.stop()
         connection, self._connection = self._connection, None
         if connection is not None:
             connection.close()
@@ -230,6 +267,65 @@ class Http1Pool:
             name, _, value = line.partition(":")
             headers[name.strip().lower()] = value.strip()
         return Response(self, connection, status, headers, self.read_timeout)
+
+
+def _chunk_size(line: bytearray) -> int:
+    try:
+        return int(line.split(b";", 1)[0].strip(), 16)
+    except ValueError:
+        raise UpstreamBroken(f"not a chunk size: {bytes(line[:40])!r}") from None
+
+
+class _IdleTimer:
+    """Times out a body whose next piece does not come within ``timeout`` seconds.
+
+    One timer per response, moved on lazily, instead of one scheduled and cancelled around
+    every read: a stream of hundreds of small events pays a clock read per event. Like
+    ``asyncio.timeout`` it cancels the reading task and turns that into UpstreamTimeout; it
+    only ever fires while that task waits in :meth:`read`.
+    """
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self._loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        if task is None:
+            raise RuntimeError("a response body is read inside a task")
+        self._task = task
+        self._cancelling = task.cancelling()
+        self._since = self._loop.time()  # when the read now waiting began
+        self._reading = False
+        self._expired = False
+        self._handle: asyncio.TimerHandle | None = self._loop.call_at(
+            self._since + timeout, self._check
+        )
+
+    async def read(self, reader: asyncio.StreamReader, size: int) -> bytes:
+        self._since = self._loop.time()
+        self._reading = True
+        try:
+            return await reader.read(size)
+        except asyncio.CancelledError:
+            if self._expired and self._task.uncancel() <= self._cancelling:
+                raise UpstreamTimeout(f"no data from the worker for {self.timeout:g} s") from None
+            raise
+        finally:
+            self._reading = False
+
+    def stop(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    def _check(self) -> None:
+        now = self._loop.time()
+        due = self._since + self.timeout if self._reading else now + self.timeout
+        if now < due:
+            self._handle = self._loop.call_at(due, self._check)
+            return
+        self._handle = None
+        self._expired = True
+        self._task.cancel()
 
 
 class _Stale(Exception):

@@ -10,7 +10,6 @@ import asyncio
 from dataclasses import dataclass, field
 
 import structlog
-from opentelemetry import trace
 
 from gateway.domain.audit.writer import AuditWriter
 from gateway.domain.limits.types import Limiter
@@ -19,6 +18,7 @@ from gateway.domain.proxy.metrics import GatewayMetrics
 from gateway.domain.workers.pool import WorkerPool
 from gateway.domain.workers.supervisor import WorkerSupervisor
 from gateway.settings import Settings
+from gateway.tracing import RequestTracing
 
 log = structlog.get_logger("gateway.workers")
 
@@ -30,7 +30,7 @@ class Traffic:
     limiter: Limiter
     audit: AuditWriter
     metrics: GatewayMetrics
-    tracer: trace.Tracer
+    tracing: RequestTracing
     worker_token: str
     # The embedded default's own worker, started before the pool's first check.
     supervisor: WorkerSupervisor | None = None
@@ -50,7 +50,7 @@ class Traffic:
         pool: WorkerPool,
         limiter: Limiter,
         audit: AuditWriter,
-        tracer: trace.Tracer,
+        tracing: RequestTracing,
         worker_token: str,
         supervisor: WorkerSupervisor | None = None,
     ) -> Traffic:
@@ -60,7 +60,7 @@ class Traffic:
             limiter,
             audit,
             GatewayMetrics(),
-            tracer,
+            tracing,
             worker_token,
             supervisor,
         )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from dataclasses import dataclass
 
@@ -11,10 +10,9 @@ from litestar.types import Receive, Send
 
 from gateway.domain.proxy.asgi_io import (
     ClientGone,
+    ClientWatch,
     encode_headers,
     send_bytes,
-    unless_client_leaves,
-    until_disconnect,
 )
 from gateway.domain.proxy.body import ApiRequest
 from gateway.domain.proxy.exchange import Exchange
@@ -69,11 +67,12 @@ async def forward_unary(
     send: Send,
     headers: dict[str, str],
 ) -> None:
-    response = await unless_client_leaves(_post(exchange, call), receive)
-    try:
-        body = await unless_client_leaves(response.read(), receive)
-    finally:
-        response.release()
+    with ClientWatch(receive) as watch:
+        response = await watch.guard(_post(exchange, call))
+        try:
+            body = await watch.guard(response.read())
+        finally:
+            response.release()
     status = client_status(response.status)
     usage = None
     if response.status == 200:
@@ -100,45 +99,38 @@ async def forward_stream(
     send: Send,
     headers: dict[str, str],
 ) -> None:
-    response = await unless_client_leaves(_post(exchange, call), receive)
-    complete = False
-    try:
-        if response.status != 200:
-            body = await unless_client_leaves(response.read(), receive)
-            status = client_status(response.status)
-            body = body if status != 502 else error_body(502, "the worker failed")
-            await send_bytes(send, status, body, headers, "application/json")
-            reason = "upstream_rejected" if status < 500 else "upstream_error"
-            complete = True
-            await exchange.finish(status, reason=reason, error=body.decode("utf-8", "replace"))
-            return
-        tap = StreamTap(request.client_wants_usage, capture=exchange.keeps_bodies)
-        start = [
-            (b"content-type", b"text/event-stream"),
-            (b"cache-control", b"no-cache"),
-            *encode_headers(headers),
-        ]
-        await send({"type": "http.response.start", "status": 200, "headers": start})
-        pump = asyncio.ensure_future(_pump(response, call.url, tap, send))
-        watcher = asyncio.ensure_future(until_disconnect(receive))
+    with ClientWatch(receive) as watch:
+        response = await watch.guard(_post(exchange, call))
+        complete = False
         try:
-            await asyncio.wait({pump, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            if response.status != 200:
+                body = await watch.guard(response.read())
+                status = client_status(response.status)
+                body = body if status != 502 else error_body(502, "the worker failed")
+                await send_bytes(send, status, body, headers, "application/json")
+                reason = "upstream_rejected" if status < 500 else "upstream_error"
+                complete = True
+                await exchange.finish(status, reason=reason, error=body.decode("utf-8", "replace"))
+                return
+            tap = StreamTap(request.client_wants_usage, capture=exchange.keeps_bodies)
+            start = [
+                (b"content-type", b"text/event-stream"),
+                (b"cache-control", b"no-cache"),
+                *encode_headers(headers),
+            ]
+            await send({"type": "http.response.start", "status": 200, "headers": start})
+            try:
+                status, reason, error = await watch.guard(_pump(response, call.url, tap, send))
+            except ClientGone:
+                await _finish_stream(exchange, tap, 499, "client_disconnected", "")
+                return
+            complete = tap.done
+            await _finish_stream(exchange, tap, status, reason, error)
         finally:
-            watcher.cancel()
-        if not pump.done() or isinstance(pump.exception(), ClientGone):
-            pump.cancel()
-            with contextlib.suppress(asyncio.CancelledError, ClientGone):
-                await pump
-            await _finish_stream(exchange, tap, 499, "client_disconnected", "")
-            return
-        status, reason, error = pump.result()
-        complete = tap.done
-        await _finish_stream(exchange, tap, status, reason, error)
-    finally:
-        if complete:
-            response.release()  # read to the end: the connection is kept for the next call
-        else:
-            response.close()  # mid-stream, this drops the connection: the worker cancels
+            if complete:
+                response.release()  # read to the end: the connection is kept for the next call
+            else:
+                response.close()  # mid-stream, this drops the connection: the worker cancels
 
 
 async def _post(exchange: Exchange, call: Call) -> Response:

@@ -130,3 +130,60 @@ async def test_failures_are_typed() -> None:
     async with server, _pool() as pool:
         with pytest.raises(UpstreamBroken, match="not an HTTP response"):
             await pool.post(url, b"{}", {})
+
+
+async def test_a_body_times_out_when_the_worker_goes_quiet_not_when_it_is_slow() -> None:
+    async def steady_then_silent(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        await _read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+        for i in range(8):  # 1.2 s in all, longer than the read timeout, but never quiet
+            writer.write(f"2\r\n{i:2}\r\n".encode())
+            await writer.drain()
+            await asyncio.sleep(0.15)
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+        await _read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nab\r\n")
+        await writer.drain()
+        await asyncio.sleep(1.5)  # then nothing: a stalled stream
+
+    server, url = await _serve(steady_then_silent)
+    async with server, _pool() as pool:
+        slow = await pool.post(url, b"{}", {})
+        assert [piece async for piece in slow.chunks()] == [f"{i:2}".encode() for i in range(8)]
+        slow.release()
+        stalled = await pool.post(url, b"{}", {})
+        pieces = []
+        with pytest.raises(UpstreamTimeout):
+            async for piece in stalled.chunks():
+                pieces.append(piece)
+        assert pieces == [b"ab"]
+        stalled.close()
+
+
+async def test_chunks_split_anywhere_across_reads_and_trailers() -> None:
+    small = _chunked(b"data: one\n\n", b"data: two\n\n")[:-2] + b"x-trailer: 1\r\n\r\n"
+    large = _chunked(b"x" * 70000, b"data: three\n\n")
+    connections = 0
+
+    async def dribble(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        for body, step in ((small, 1), (large, 4093)):  # byte by byte, then odd sizes
+            await _read_request(reader)
+            for start in range(0, len(body), step):
+                writer.write(body[start : start + step])
+                await writer.drain()
+                await asyncio.sleep(0)
+
+    server, url = await _serve(dribble)
+    async with server, _pool() as pool:
+        response = await pool.post(url, b"{}", {})
+        assert [piece async for piece in response.chunks()] == [b"data: one\n\n", b"data: two\n\n"]
+        response.release()
+        response = await pool.post(url, b"{}", {})
+        assert [piece async for piece in response.chunks()] == [b"x" * 70000, b"data: three\n\n"]
+        response.release()
+    assert connections == 1  # clean after the trailers: the connection was kept
