@@ -22,7 +22,7 @@ from litestar.types import ASGIApp, Receive, Scope, Send
 
 from gateway.domain.identity.middleware import PRINCIPAL_KEY, principal_of
 from gateway.domain.proxy.asgi_io import send_error
-from gateway.domain.proxy.handlers import API_ROUTES
+from gateway.domain.proxy.handlers import API_ROUTES, refuse_unresolved
 from gateway.domain.proxy.openai_errors import ApiError
 from gateway.request_context import ReplyWithId, begin_request, end_request
 
@@ -58,7 +58,8 @@ async def serve_api(
         try:
             principal = await principal_of(state, headers)
         except ConnectionError as exc:  # the database is down and the key was never seen
-            await send_error(reply, ApiError(503, str(exc), reason="database_unavailable"))
+            error = ApiError(503, str(exc), reason="database_unavailable")
+            await refuse_unresolved(scope, reply, error)
             return
         scope["state"][PRINCIPAL_KEY] = principal
         await handler(scope, receive, reply)

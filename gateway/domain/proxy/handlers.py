@@ -65,6 +65,21 @@ async def models_api(scope: Scope, receive: Receive, send: Send) -> None:
         await exchange.finish(error.status, reason=error.reason, error=error.message)
 
 
+async def refuse_unresolved(scope: Scope, send: Send, error: ApiError) -> None:
+    """Answer a request whose caller could not be looked up (the database is down and the
+    key was never seen), and audit it like any other refusal: one record per request."""
+    exchange = _exchange(scope, ENDPOINTS[scope["path"]], dict(scope["headers"]))
+    await send_error(send, error)
+    await exchange.finish(error.status, reason=error.reason, error=error.message)
+
+
+# The endpoint each of the API's paths is audited as.
+ENDPOINTS = {
+    "/v1/chat/completions": "chat.completions",
+    "/v1/completions": "completions",
+    "/v1/models": "models",
+}
+
 # The API's paths and their handlers. `entry.py` serves these ahead of Litestar's router;
 # the same handlers are Litestar routes too, so the app lists them with its other routes.
 API_ROUTES = {

@@ -66,6 +66,37 @@ def test_postgres_down_under_load_loses_no_record(database_url: str, tmp_path: P
         assert asyncio.run(_verify(database)) == (True, 60)
 
 
+def test_a_key_never_seen_while_postgres_is_down_is_refused_and_audited(
+    database_url: str, tmp_path: Path
+) -> None:
+    with (
+        fake_worker() as (worker_url, _),
+        fresh_postgres(database_url) as database,
+        link_to(database) as (link, through),
+        running_gateway(tmp_path, [worker_url], database_url=through) as gateway,
+    ):
+        known = gateway.client(gateway.department("quality"))
+        unseen = gateway.client(gateway.department("office"))  # created, never used
+        _ask(known, 0)
+        link.cut()
+        _ask(known, 1)  # served from its last good lookup
+        with pytest.raises(openai.InternalServerError) as down:
+            unseen.chat.completions.create(model=FAKE_MODEL, messages=CHAT)
+        assert down.value.status_code == 503
+        assert "database" in down.value.message
+        link.restore()
+        _ask(known, 2)
+        records = gateway.audit_records(wait_for=4, timeout=30)
+        assert [(r["status_code"], r["reason"]) for r in records] == [
+            (200, ""),
+            (200, ""),
+            (503, "database_unavailable"),
+            (200, ""),
+        ]
+        assert records[2]["endpoint"] == "chat.completions" and records[2]["api_key_id"] is None
+        assert asyncio.run(_verify(database)) == (True, 4)
+
+
 def test_redis_down_fails_closed_by_default(redis_url: str, tmp_path: Path) -> None:
     with (
         fake_worker() as (worker_url, _),
