@@ -16,6 +16,8 @@ SECRET_KEYS = frozenset(
     {"authorization", "api_key", "apikey", "password", "secret", "token", "cookie", "set-cookie"}
 )
 REDACTED = "[redacted]"
+# Libraries that log each HTTP request they make.
+CHATTY_LOGGERS = ("httpx", "httpcore")
 
 
 def redact_secrets(
@@ -59,3 +61,7 @@ def configure_logging(level: LogLevel, fmt: LogFormat, stream: Any = None) -> No
         cache_logger_on_first_use=False,
     )
     logging.basicConfig(level=numeric, stream=out, format="%(name)s %(levelname)s %(message)s")
+    # httpx logs every request at INFO, the health checks of every worker every two seconds
+    # among them: only at debug level are they worth an operator's screen.
+    for chatty in CHATTY_LOGGERS:
+        logging.getLogger(chatty).setLevel(numeric if numeric <= logging.DEBUG else logging.WARNING)

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 
 import structlog
 from litestar.testing import TestClient
@@ -48,3 +49,17 @@ def test_access_line_is_json_with_request_id_and_no_secrets() -> None:
     probe = next(line for line in lines if line.get("event") == "probe")
     assert probe["authorization"] == "[redacted]" and probe["api_key"] == "[redacted]"
     assert "sk-enc-secret" not in stream.getvalue()
+
+
+def test_http_clients_log_each_request_only_at_debug_level() -> None:
+    """The worker health checks (every two seconds) stay off an operator's screen."""
+    try:
+        configure_logging("info", "json", stream=io.StringIO())
+        assert not logging.getLogger("httpx").isEnabledFor(logging.INFO)
+        assert logging.getLogger("httpx").isEnabledFor(logging.WARNING)
+        configure_logging("debug", "json", stream=io.StringIO())
+        assert logging.getLogger("httpx").isEnabledFor(logging.INFO)
+    finally:
+        structlog.reset_defaults()
+        logging.getLogger("httpx").setLevel(logging.NOTSET)
+        logging.getLogger("httpcore").setLevel(logging.NOTSET)
