@@ -42,6 +42,9 @@ class AttentionMetadata:
     decode_blocks: torch.Tensor | None = None  # (Bd, Nmax) block ids of their contexts
     decode_mask: torch.Tensor | None = None  # (Bd, 1, 1, Nmax * block_size) bool: real slots
     prefill_seqs: list[int] = field(default_factory=list)
+    # Leading blocks that every prefill chunk's table shares, all of them cached before the
+    # chunks (a system prompt hit in the prefix cache); 0 with fewer than two chunks.
+    prefill_shared_blocks: int = 0
 
     @classmethod
     def build(
@@ -88,11 +91,21 @@ class AttentionMetadata:
                 [query_start_loc[i] for i in meta.decode_seqs], dtype=torch.int64, device=device
             )
             if len(meta.decode_seqs) > 1:
-                blocks = meta.decode_blocks
-                same = (blocks == blocks[:1]).all(dim=0).to(torch.int64).cumprod(dim=0)
                 limit = (int(lens.min()) - 1) // block_size
-                meta.decode_shared_blocks = min(int(same.sum()), limit)
+                meta.decode_shared_blocks = _leading_shared(meta.decode_blocks, limit)
+        if len(meta.prefill_seqs) > 1:
+            cached = min(seq_lens[i] - query_lens[i] for i in meta.prefill_seqs) // block_size
+            if cached > 0:
+                index = torch.tensor(meta.prefill_seqs, device=block_tables.device)
+                tables = block_tables.index_select(0, index)[:, :cached]
+                meta.prefill_shared_blocks = _leading_shared(tables, cached)
         return meta
+
+
+def _leading_shared(tables: torch.Tensor, limit: int) -> int:
+    """How many leading columns of ``tables`` (rows of block ids) all rows agree on."""
+    same = (tables == tables[:1]).all(dim=0).to(torch.int64).cumprod(dim=0)
+    return min(int(same.sum()), limit)
 
 
 class AttentionBackend(Protocol):
@@ -125,7 +138,7 @@ class TorchAttentionBackend:
         out = torch.empty_like(query)
         if meta.decode_seqs:
             self.decode(query, cache, meta, scale, out)
-        self.prefill(query, cache, meta, scale, out)
+        self.prefill(query, cache, meta, scale, out, meta.prefill_seqs)
         return out
 
     def decode(
@@ -162,13 +175,15 @@ class TorchAttentionBackend:
         meta: AttentionMetadata,
         scale: float,
         out: torch.Tensor,
+        seqs: list[int],
     ) -> None:
-        """Attend the chunks (``meta.prefill_seqs``), each causally over its whole context."""
+        """Attend the chunks ``seqs`` (of ``meta.prefill_seqs``), each causally over its whole
+        context, into their rows of ``out``."""
         key_cache, value_cache = cache
         k_scale, v_scale = kv_scales(cache)
         scale = scale * k_scale  # q . (k_scale k) = k_scale (q . k)
         gqa = query.shape[1] > key_cache.shape[2]
-        for i in meta.prefill_seqs:
+        for i in seqs:
             start, end = meta.query_start_loc[i], meta.query_start_loc[i + 1]
             qlen, ctx = end - start, meta.seq_lens[i]
             seq_blocks = meta.block_tables[i, : -(-ctx // meta.block_size)]

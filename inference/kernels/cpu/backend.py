@@ -6,11 +6,11 @@ masked SDPA. The kernel in paged_decode.c reads the pool in place through the bl
 tables. Prefill chunks are long enough for SDPA's own kernels, so they stay on the torch
 path, which is also the reference the kernel is tested against.
 
-Cascade: when the decodes share leading blocks (every chat that starts with the same
-system prompt hits the same cached blocks), those are attended once for the whole batch,
-as one dense attention of all the decodes' queries over the shared keys, which returns
-each query's log-sum-exp too; the kernel then attends each sequence's own part and folds
-the two together. The shared keys are read once per layer instead of once per sequence.
+Cascade (cascade.py): when the decodes share leading blocks (every chat that starts with
+the same system prompt hits the same cached blocks), those are attended once for the whole
+batch, and the kernel attends each sequence's own part and folds the two together. So are
+prefill chunks that all follow the same cached blocks: the shared keys are read once per
+layer instead of once per sequence.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import ctypes
 import torch
 
 from inference.kernels.attention import AttentionMetadata, TorchAttentionBackend
+from inference.kernels.cpu.cascade import fold, own_chunk_attention, shared_prefix_attention
 from inference.kernels.kv_cache import FP8_KV_DTYPE, KVCache, kv_scales
 
 _DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2, FP8_KV_DTYPE: 3}
@@ -95,39 +96,43 @@ class CpuAttentionBackend(TorchAttentionBackend):
         if status != 0:
             raise RuntimeError(f"CPU paged-attention kernel failed with status {status}")
 
+    def prefill(
+        self,
+        query: torch.Tensor,
+        cache: KVCache,
+        meta: AttentionMetadata,
+        scale: float,
+        out: torch.Tensor,
+        seqs: list[int],
+    ) -> None:
+        """Chunks that are all of their context past the shared blocks go through the
+        cascade; any other chunk through the torch path."""
+        block_size = cache[0].shape[1]
+        shared = meta.prefill_shared_blocks
+        skip = shared * block_size
+        starts = meta.query_start_loc
+        cascade = [i for i in seqs if meta.seq_lens[i] - (starts[i + 1] - starts[i]) == skip]
+        if skip < CASCADE_MIN_TOKENS or len(cascade) < 2:
+            super().prefill(query, cache, meta, scale, out, seqs)
+            return
+        rows = torch.cat([torch.arange(starts[i], starts[i + 1]) for i in cascade])
+        queries = query.index_select(0, rows)
+        prior, prior_lse = shared_prefix_attention(
+            queries, cache, meta.block_tables[cascade[0], :shared], scale
+        )
+        at = 0
+        for i in cascade:
+            length = starts[i + 1] - starts[i]
+            own_blocks = meta.block_tables[i, shared : -(-meta.seq_lens[i] // block_size)]
+            own, own_lse = own_chunk_attention(queries[at : at + length], cache, own_blocks, scale)
+            mine = slice(at, at + length)
+            out[starts[i] : starts[i + 1]] = fold(prior[mine], prior_lse[mine], own, own_lse)
+            at += length
+        rest = [i for i in seqs if i not in cascade]
+        if rest:
+            super().prefill(query, cache, meta, scale, out, rest)
+
 
 def _rows_of_heads(x: torch.Tensor) -> bool:
     """(T, H, D) whose heads lie contiguously within each token's row."""
     return x.dim() == 3 and x.stride(2) == 1 and x.stride(1) == x.shape[2]
-
-
-def shared_prefix_attention(
-    query: torch.Tensor, cache: KVCache, blocks: torch.Tensor, scale: float
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every decode's query (Bd, Hq, D) over the keys in ``blocks`` that all of them share.
-
-    Returns the output (Bd, Hq, D) in the query's dtype and the log-sum-exp of each query's
-    scores (Bd, Hq) in float32. The GQA group's query heads stand in for query positions,
-    so the whole batch is one (Hkv, Bd * G) by (Hkv, P) attention.
-    """
-    key_cache, value_cache = cache
-    k_scale, v_scale = kv_scales(cache)
-    num_seqs, num_heads, head_dim = query.shape
-    num_kv_heads = key_cache.shape[2]
-    group = num_heads // num_kv_heads
-    # (P, Hkv, D) -> (1, Hkv, P, D); queries (Bd, Hkv, G, D) -> (1, Hkv, Bd * G, D)
-    k = key_cache.index_select(0, blocks).flatten(0, 1).to(query.dtype).transpose(0, 1)[None]
-    v = value_cache.index_select(0, blocks).flatten(0, 1).to(query.dtype).transpose(0, 1)[None]
-    q = query.view(num_seqs, num_kv_heads, group, head_dim).transpose(0, 1)
-    q = q.reshape(1, num_kv_heads, num_seqs * group, head_dim)
-    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-        q, k, v, 0.0, False, scale=scale * k_scale
-    )[:2]
-    if v_scale != 1.0:
-        out = out * v_scale
-    out = out.view(num_kv_heads, num_seqs, group, head_dim).transpose(0, 1)
-    lse = lse.view(num_kv_heads, num_seqs, group).transpose(0, 1)
-    return (
-        out.reshape(num_seqs, num_heads, head_dim).contiguous(),
-        lse.reshape(num_seqs, num_heads).float().contiguous(),
-    )

@@ -1,0 +1,78 @@
+"""Prefill chunks after a shared cached prefix, through the cascade, against the torch path."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from inference.kernels.attention import TorchAttentionBackend
+from inference.kernels.cpu.backend import CASCADE_MIN_TOKENS, CpuAttentionBackend
+from inference.kernels.cpu.build import load_paged_decode
+from inference.kernels.cpu.cascade import fold
+from inference.kernels.kv_cache import FP8_KV_DTYPE
+
+from ..paged_case import assert_close_bf16, make_case
+
+POOLS = {"bf16": torch.bfloat16, "fp8": FP8_KV_DTYPE, "f32": torch.float32}
+
+
+@pytest.mark.parametrize("pool", POOLS)
+@pytest.mark.parametrize("group", [1, 3])
+def test_chunks_after_a_shared_prefix_match_the_torch_path(group: int, pool: str) -> None:
+    """Three chunks right after 5 shared blocks take the cascade; a chunk with more of its
+    own context cached and a decode take their usual paths, in the same step."""
+    contexts = [(80, 20), (80, 33), (80, 16), (95, 10), (100, 1)]
+    dtype = torch.float32 if pool == "f32" else torch.bfloat16
+    case = make_case(
+        contexts,
+        group=group,
+        num_kv_heads=2,
+        head_dim=64,
+        block_size=16,
+        dtype=dtype,
+        pool_dtype=POOLS[pool],
+        shared_blocks=5,
+    )
+    assert case.meta.prefill_shared_blocks == 5
+    assert CASCADE_MIN_TOKENS <= 5 * 16  # the cascade really runs
+    scale = 64**-0.5
+    expected = TorchAttentionBackend().forward(case.query, case.cache, case.meta, scale)
+    actual = CpuAttentionBackend(load_paged_decode()).forward(
+        case.query, case.cache, case.meta, scale
+    )
+    if pool == "f32":
+        torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
+    else:
+        assert_close_bf16(actual, expected)
+
+
+def test_chunks_sharing_nothing_take_the_torch_path() -> None:
+    case = make_case(
+        [(40, 20), (40, 20)],
+        group=2,
+        num_kv_heads=1,
+        head_dim=16,
+        block_size=16,
+        dtype=torch.float32,
+        pool_dtype=torch.float32,
+    )
+    assert case.meta.prefill_shared_blocks == 0
+    scale = 0.25
+    expected = TorchAttentionBackend().forward(case.query, case.cache, case.meta, scale)
+    actual = CpuAttentionBackend(load_paged_decode()).forward(
+        case.query, case.cache, case.meta, scale
+    )
+    assert torch.equal(actual, expected)
+
+
+def test_fold_is_softmax_over_the_union() -> None:
+    gen = torch.Generator().manual_seed(0)
+    scores = torch.randn(5, 3, 40, generator=gen)  # (queries, heads, keys)
+    values = torch.randn(40, 8, generator=gen)
+    whole = scores.softmax(-1) @ values
+
+    def part(keys: slice) -> tuple[torch.Tensor, torch.Tensor]:
+        return scores[..., keys].softmax(-1) @ values[keys], scores[..., keys].logsumexp(-1)
+
+    folded = fold(*part(slice(0, 25)), *part(slice(25, 40)))
+    torch.testing.assert_close(folded, whole, rtol=1e-5, atol=1e-6)
