@@ -26,7 +26,8 @@ enum { DT_F32 = 0, DT_BF16 = 1, DT_F16 = 2, DT_E4M3 = 3 };
 
 static float e4m3_table[256];
 
-static void init_e4m3_table(void) {
+/* Filled once when the library is loaded, before any call can read it. */
+__attribute__((constructor)) static void init_e4m3_table(void) {
     for (int bits = 0; bits < 256; ++bits) {
         int sign = bits >> 7, exponent = (bits >> 3) & 15, mantissa = bits & 7;
         float value;
@@ -331,11 +332,6 @@ int paged_decode_attention(const void *query, int64_t query_stride, void *out,
         (block_size & (block_size - 1)))
         return -1;
     if (q_dtype == DT_E4M3 || kv_dtype < DT_F32 || kv_dtype > DT_E4M3) return -2;
-    static int table_ready = 0;
-    if (!table_ready) { /* racing first calls write the same values */
-        init_e4m3_table();
-        table_ready = 1;
-    }
     if (skip < 0 || skip % block_size || (skip > 0 && (!prior || !prior_lse))) return -5;
     const Problem problem = {query,     out,         query_stride,     out_stride,
                              q_dtype,   key,         value,            kv_dtype,
