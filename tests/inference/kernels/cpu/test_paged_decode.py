@@ -55,6 +55,27 @@ def test_decodes_match_the_torch_path(group: int, block_size: int, pool: str, bu
 
 
 @pytest.mark.parametrize("build", BUILDS)
+@pytest.mark.parametrize("head_dim", [32, 96, 128, 80])
+def test_bf16_head_sizes(head_dim: int, build: str) -> None:
+    """The bf16 dot-product path takes head sizes in steps of 32 up to 128; others fall to
+    the widening path (80 here)."""
+    case = make_case(
+        [(c, 1) for c in (0, 15, 16, 100, 257)],
+        group=4,
+        num_kv_heads=2,
+        head_dim=head_dim,
+        block_size=16,
+        dtype=torch.bfloat16,
+        pool_dtype=torch.bfloat16,
+        seed=head_dim + 1,
+    )
+    scale = head_dim**-0.5
+    expected = TorchAttentionBackend().forward(case.query, case.cache, case.meta, scale)
+    actual = backend(build).forward(case.query, case.cache, case.meta, scale)
+    assert_close_bf16(actual, expected)
+
+
+@pytest.mark.parametrize("build", BUILDS)
 @pytest.mark.parametrize("head_dim", [16, 24, 80, 128])
 def test_float32_is_exact_to_rounding(head_dim: int, build: str) -> None:
     """Head sizes that are and are not multiples of the vector width, in float32."""
