@@ -16,7 +16,6 @@ import logging
 import torch
 
 from inference.kernels.cpu.build import KernelBuildError, load_library
-from inference.kernels.kv_cache import FP8_KV_DTYPE
 
 log = logging.getLogger("inference.kernels")
 
@@ -117,7 +116,7 @@ class CpuLayerKernels:
         ``scale``: (rows, groups) float32, a group being ``group_size`` columns (None: one
         group per row); None for a plain conversion.
         """
-        if q.dtype != FP8_KV_DTYPE or q.dim() != 2 or not q.is_contiguous():
+        if q.dtype != torch.float8_e4m3fn or q.dim() != 2 or not q.is_contiguous():
             return None
         if dtype not in _DTYPE_CODES or q.device.type != "cpu":
             return None
