@@ -115,7 +115,7 @@ def check_grouped_fp8_matmul(
 ) -> dict[str, Any]:
     """The grouped FP8 matmul (bf16 activations) against its torch path."""
     from inference.kernels.triton.fp8_matmul import grouped_fp8_matmul
-    from inference.model.quant.fp8 import grouped_fp8_linear, quantize_weight_fp8
+    from inference.model.quant.fp8_math import grouped_fp8_linear, quantize_weight_fp8
 
     gen = torch.Generator().manual_seed(tokens + out_features)
     weight = torch.randn(out_features, in_features, generator=gen).to(device)

@@ -18,7 +18,8 @@ blocks) load that way, each block's scale repeated over its rows.
   static ``input_scale``. Any failure there falls back to the dequantizing path for good.
 
 `quantize_model_fp8` (in `apply.py`) swaps every `FusedLinear` of a loaded model for an
-`Fp8Linear`, the shape of gpt-fast's weight-only int8 handler.
+`Fp8Linear`, the shape of gpt-fast's weight-only int8 handler. Quantizing, dequantizing
+and the grouped matmul are in `fp8_math.py`.
 """
 
 from __future__ import annotations
@@ -32,63 +33,20 @@ import torch.nn.functional as F
 from torch import nn
 
 from inference.model.layers.linear import FusedLinear
+from inference.model.quant.fp8_math import (
+    FP8_DTYPE,
+    FP8_MAX,
+    MIN_SCALE,
+    GroupedFp8Matmul,
+    quantize_weight_fp8,
+)
 
 if TYPE_CHECKING:
     from inference.kernels.cpu.layers import CpuLayerKernels
 
 log = logging.getLogger("inference.model.quant")
 
-FP8_DTYPE = torch.float8_e4m3fn
-FP8_MAX = float(torch.finfo(FP8_DTYPE).max)  # 448
-# Smallest scale used: an all-zero row would otherwise divide by zero.
-MIN_SCALE = 1e-12
 SCALED_MM_CAPABILITY = (8, 9)
-# A grouped layer dequantizes at most this many weight values at a time.
-DEQUANT_SLICE_ELEMENTS = 1 << 24
-
-
-def quantize_weight_fp8(
-    weight: torch.Tensor, group_size: int | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(out, in) weight -> (e4m3 weight (out, in), float32 scale).
-
-    The scale is per row, (out,), or with `group_size` per row and group of that many
-    input columns, (out, ceil(in / group_size)); each row's (group's) largest value maps
-    to 448, so it is stored exactly.
-    """
-    if weight.dim() != 2:
-        raise ValueError(f"expected a 2-D weight, got shape {tuple(weight.shape)}")
-    w = weight.float()
-    if group_size is None:
-        scale = (w.abs().amax(dim=1) / FP8_MAX).clamp(min=MIN_SCALE)
-        return (w / scale[:, None]).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE), scale
-    if group_size <= 0:
-        raise ValueError(f"group_size must be positive, got {group_size}")
-    out, cols = w.shape
-    groups = -(-cols // group_size)
-    padded = F.pad(w, (0, groups * group_size - cols)).view(out, groups, group_size)
-    scale = (padded.abs().amax(dim=2) / FP8_MAX).clamp(min=MIN_SCALE)
-    q = (w / expand_scale(scale, cols, group_size)).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
-    return q, scale
-
-
-def expand_scale(scale: torch.Tensor, cols: int, group_size: int | None) -> torch.Tensor:
-    """A (rows,) scale, or a (rows, groups) one of `group_size` columns each, as (rows, cols)
-    (broadcast along the columns for the per-row case)."""
-    if group_size is None:
-        return scale[:, None]
-    return scale.repeat_interleave(group_size, dim=1)[:, :cols]
-
-
-def dequantize_weight_fp8(
-    q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype, group_size: int | None = None
-) -> torch.Tensor:
-    """The inverse of `quantize_weight_fp8`, in `dtype`."""
-    rows, cols = q.shape
-    if group_size is not None and cols % group_size == 0:  # no expanded copy of the scale
-        grouped = q.float().view(rows, -1, group_size) * scale.float()[:, :, None]
-        return grouped.view(rows, cols).to(dtype)
-    return (q.float() * expand_scale(scale.float(), cols, group_size)).to(dtype)
 
 
 class Fp8Linear(nn.Module):
@@ -288,68 +246,6 @@ class Fp8Linear(nn.Module):
             f"bias={self.bias is not None}, static_input_scale={self.input_scale is not None}, "
             f"group_size={self.group_size}, block_rows={self.block_rows}"
         )
-
-
-class GroupedFp8Matmul:
-    """``x @ dequantize(q, scale).T`` for grouped scales, as a layer runs it: the Triton
-    kernel (`inference/kernels/triton/fp8_matmul.py`) on CUDA, `grouped_fp8_linear`
-    elsewhere and, for good, after the kernel fails once. With ``kernels`` set (the CPU's
-    fused kernels), weights are dequantized by them instead of by torch's conversion."""
-
-    def __init__(self) -> None:
-        self.use_triton = True
-        self.kernels: CpuLayerKernels | None = None
-
-    def __call__(
-        self, x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, group_size: int
-    ) -> torch.Tensor:
-        if self.use_triton and x.is_cuda:
-            try:
-                from inference.kernels.triton.fp8_matmul import grouped_fp8_matmul
-
-                return grouped_fp8_matmul(x, q, scale, group_size)
-            except Exception as err:  # no triton, or a GPU it cannot compile for
-                log.warning("grouped FP8 Triton matmul failed (%s); dequantizing instead", err)
-                self.use_triton = False
-        return grouped_fp8_linear(x, q, scale, group_size, self.dequantize)
-
-    def dequantize(
-        self,
-        q: torch.Tensor,
-        scale: torch.Tensor | None,
-        dtype: torch.dtype,
-        group_size: int | None = None,
-    ) -> torch.Tensor:
-        """`dequantize_weight_fp8` (``scale`` None: only the conversion to ``dtype``)."""
-        if self.kernels is not None:
-            fast = self.kernels.dequantize_fp8(q, scale, dtype, group_size)
-            if fast is not None:
-                return fast
-        if scale is None:
-            return q.to(dtype)
-        return dequantize_weight_fp8(q, scale, dtype, group_size)
-
-
-def grouped_fp8_linear(
-    x: torch.Tensor,
-    q: torch.Tensor,
-    scale: torch.Tensor,
-    group_size: int,
-    dequantize: Callable[..., torch.Tensor] = dequantize_weight_fp8,
-) -> torch.Tensor:
-    """``x @ dequantize(q, scale).T`` for a grouped scale, (..., in) -> (..., out).
-
-    The weight is dequantized in slices of rows, so a large one (a vocabulary-sized output
-    projection) never exists whole in the activation dtype.
-    """
-    rows = max(1, DEQUANT_SLICE_ELEMENTS // q.shape[1])
-    if rows >= q.shape[0]:
-        return F.linear(x, dequantize(q, scale, x.dtype, group_size))
-    parts = [
-        F.linear(x, dequantize(q[i : i + rows], s, x.dtype, group_size))
-        for i, s in zip(range(0, q.shape[0], rows), scale.split(rows), strict=True)
-    ]
-    return torch.cat(parts, dim=-1)
 
 
 def _check_shape(tensor: torch.Tensor, shape: torch.Size, name: str) -> None:

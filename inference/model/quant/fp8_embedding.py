@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from inference.model.layers.embedding import VocabEmbedding
-from inference.model.quant.fp8 import (
+from inference.model.quant.fp8_math import (
     FP8_DTYPE,
     GroupedFp8Matmul,
     quantize_weight_fp8,

@@ -10,9 +10,14 @@ from inference.engine.engine_config import EngineConfig
 from inference.kernels.kv_cache import FP8_KV_DTYPE, KVCache, to_cache_dtype
 from inference.model.layers.embedding import VocabEmbedding
 from inference.model.layers.linear import FusedLinear, Linear
-from inference.model.quant import Fp8Embedding, Fp8Linear, quantize_model_fp8, quantize_weight_fp8
-from inference.model.quant import fp8 as fp8_module
-from inference.model.quant.fp8 import FP8_DTYPE, dequantize_weight_fp8
+from inference.model.quant import (
+    Fp8Embedding,
+    Fp8Linear,
+    fp8_math,
+    quantize_model_fp8,
+    quantize_weight_fp8,
+)
+from inference.model.quant.fp8_math import FP8_DTYPE, dequantize_weight_fp8
 
 # e4m3 keeps 3 mantissa bits: rounding moves a normal value by at most 1/16 of itself.
 E4M3_RELATIVE = 1 / 16
@@ -177,7 +182,7 @@ def test_grouped_fp8_linear_matches_its_dequantized_weight_in_slices(
     exact = x @ dequantize_weight_fp8(q, scale, torch.float32, 16).T + layer.bias
     torch.testing.assert_close(fp8(x), exact, rtol=1e-5, atol=1e-5)
     # A weight bigger than one dequantized slice is done in slices of rows.
-    monkeypatch.setattr(fp8_module, "DEQUANT_SLICE_ELEMENTS", 7 * 48)
+    monkeypatch.setattr(fp8_math, "DEQUANT_SLICE_ELEMENTS", 7 * 48)
     torch.testing.assert_close(fp8(x), exact, rtol=1e-5, atol=1e-5)
     fp8.load_shard("weight_scale", 1, torch.full((8, 3), 0.5), "k.weight_scale")
     assert fp8.weight_scale[24:32].eq(0.5).all()

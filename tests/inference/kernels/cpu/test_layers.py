@@ -13,8 +13,8 @@ from inference.model.layers.norm import RMSNorm
 from inference.model.layers.rotary import RotaryEmbedding, apply_rotary
 from inference.model.loader import load_model
 from inference.model.quant import Fp8Linear
-from inference.model.quant.fp8 import FP8_DTYPE, dequantize_weight_fp8
 from inference.model.quant.fp8_embedding import Fp8Embedding
+from inference.model.quant.fp8_math import FP8_DTYPE, dequantize_weight_fp8
 from tests.inference.checkpoints import make_checkpoint
 from tests.inference.model.paged import PagedDriver
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from inference.kernels.triton.fp8_matmul import grouped_fp8_matmul
-from inference.model.quant.fp8 import (
+from inference.model.quant.fp8_math import (
     dequantize_weight_fp8,
     grouped_fp8_linear,
     quantize_weight_fp8,
