@@ -43,7 +43,6 @@ def _processes_on(port: str) -> tuple[int, list[int]]:
     return serve, [pid for pid, parent in parents.items() if parent == serve and pid in spawned]
 
 
-@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads /proc")
 def test_two_processes_on_one_port_share_the_limit_and_the_audit_chain(
     database_url: str, redis_url: str, tmp_path: Path
 ) -> None:
