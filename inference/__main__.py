@@ -22,6 +22,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from inference.bench.serve import add_arguments as add_bench_serve
 
     add_bench_serve(which.add_parser("serve", help="online latency against a running worker"))
+    from inference.bench.fp8_accuracy import add_arguments as add_fp8_accuracy
+
+    add_fp8_accuracy(which.add_parser("fp8-accuracy", help="FP8 weights' predictions vs bf16"))
     args = parser.parse_args(argv)
     try:
         return int(args.run(args))
