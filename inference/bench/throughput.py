@@ -23,6 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output-len", type=int, default=128)
     parser.add_argument("--prefix-len", type=int, default=0, help="tokens shared by all prompts")
     parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--quantization", choices=["fp8"], help="quantize the weights at load")
     parser.add_argument("--max-num-seqs", type=int, default=64)
     parser.add_argument("--max-num-batched-tokens", type=int, default=2048)
     parser.add_argument(
@@ -76,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
         max_model_len=args.prefix_len + args.input_len + args.output_len + 16,
+        quantization=args.quantization,
         progress=False,
     )
     load_s = time.perf_counter() - started
@@ -108,6 +110,7 @@ def run(args: argparse.Namespace) -> int:
         "benchmark": "throughput",
         "model": args.model,
         "dtype": args.dtype,
+        "quantization": args.quantization,
         "num_prompts": args.num_prompts,
         "input_len": args.input_len,
         "prefix_len": args.prefix_len,

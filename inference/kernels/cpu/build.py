@@ -28,7 +28,11 @@ HERE = Path(__file__).parent
 # the tests hold them to the torch path's results. layers.c keeps each product and sum as
 # torch rounds it, so it must not fuse them into FMAs.
 FLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp", "-shared", "-fPIC", "-std=gnu11")
-SOURCE_FLAGS = {"paged_decode": (), "layers": ("-ffp-contract=off", "-mprefer-vector-width=512")}
+SOURCE_FLAGS = {
+    "paged_decode": (),
+    "layers": ("-ffp-contract=off", "-mprefer-vector-width=512"),
+    "fp8_linear": (),
+}
 
 _p, _i64, _i32, _f32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
 # Each C function's parameters, in order (see the .c files).
@@ -46,6 +50,11 @@ SIGNATURES: dict[str, dict[str, list[type[Any]]]] = {
         "silu_and_mul": [_p, _i64, _p, _i64, _i32, _i32, _i32],
         "rotary": [_p, _i64, _p, _p, _p, _i64, _i32, _i32, _i32, _i32],
         "fp8_dequantize": [_p, _p, _i64, _i32, _i32, _i32, _p, _i32, _i32],
+    },
+    "fp8_linear": {
+        "fp8_linear_available": [],
+        # x, its stride, M, q, scale, N, K, groups, group size, out, threads
+        "fp8_linear": [_p, _i64, _i64, _p, _p, _i64, _i32, _i32, _i32, _p, _i32],
     },
 }
 
@@ -81,7 +90,7 @@ def load_library(name: str, extra_flags: tuple[str, ...] = ()) -> ctypes.CDLL:
     for function, argtypes in SIGNATURES[name].items():
         fn = getattr(lib, function)
         fn.argtypes = argtypes
-        fn.restype = ctypes.c_int if name == "paged_decode" else None
+        fn.restype = None if name == "layers" else ctypes.c_int
     log.info("built CPU kernels %s with %s", source.name, compiler)
     return lib
 

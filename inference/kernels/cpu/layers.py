@@ -5,7 +5,8 @@ its RMSNorm, SiLU-and-multiply and rotary call these for float32 and bfloat16 te
 the CPU, and fall back to their torch code for anything else. Each kernel rounds where the
 torch code rounds (see layers.c), so both give the same results up to float32 ordering.
 FP8 layers dequantize their e4m3 weights through `dequantize_fp8` (the same values as
-torch's conversion, about nine times faster on the CPU).
+torch's conversion, about nine times faster on the CPU), and for a few rows multiply
+through `fp8_linear` (fp8_linear.py) without a dequantized copy.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import logging
 import torch
 
 from inference.kernels.cpu.build import KernelBuildError, load_library
+from inference.kernels.cpu.fp8_linear import Fp8LinearKernel, load_fp8_linear
 
 log = logging.getLogger("inference.kernels")
 
@@ -25,15 +27,16 @@ _DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1}
 def load_layer_kernels(extra_flags: tuple[str, ...] = ()) -> CpuLayerKernels | None:
     """The kernels, or None (logged) where layers.c cannot be built."""
     try:
-        return CpuLayerKernels(load_library("layers", extra_flags))
+        return CpuLayerKernels(load_library("layers", extra_flags), load_fp8_linear(extra_flags))
     except KernelBuildError as error:
         log.warning("fused CPU layer kernels unavailable, using torch ops: %s", error)
         return None
 
 
 class CpuLayerKernels:
-    def __init__(self, library: ctypes.CDLL) -> None:
+    def __init__(self, library: ctypes.CDLL, fp8: Fp8LinearKernel | None = None) -> None:
         self._lib = library
+        self.fp8 = fp8
 
     @staticmethod
     def accepts(*tensors: torch.Tensor) -> bool:
@@ -143,3 +146,10 @@ class CpuLayerKernels:
             torch.get_num_threads(),
         )
         return out
+
+    def fp8_linear(
+        self, x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, group_size: int | None
+    ) -> torch.Tensor | None:
+        """``x @ dequantize(q, scale).T`` without a dequantized copy (`Fp8LinearKernel`), or
+        None where that kernel is missing or does not take these tensors."""
+        return None if self.fp8 is None else self.fp8(x, q, scale, group_size)

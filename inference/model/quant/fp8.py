@@ -214,10 +214,13 @@ class Fp8Linear(nn.Module):
         self._grouped_matmul.kernels = kernels
 
     def _forward_dequant(self, x: torch.Tensor) -> torch.Tensor:
+        matmul = self._grouped_matmul
         if self.group_size is not None:
-            y = self._grouped_matmul(x, self.weight, self.weight_scale, self.group_size)
+            y = matmul(x, self.weight, self.weight_scale, self.group_size)
+        elif (fused := matmul.fused(x, self.weight, self.weight_scale, None)) is not None:
+            y = fused
         else:
-            weight = self._grouped_matmul.dequantize(self.weight, None, x.dtype)
+            weight = matmul.dequantize(self.weight, None, x.dtype)
             y = F.linear(x, weight) * self.weight_scale.to(x.dtype)
         return y if self.bias is None else y + self.bias
 

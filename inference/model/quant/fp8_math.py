@@ -93,7 +93,18 @@ class GroupedFp8Matmul:
             except Exception as err:  # no triton, or a GPU it cannot compile for
                 log.warning("grouped FP8 Triton matmul failed (%s); dequantizing instead", err)
                 self.use_triton = False
+        fused = self.fused(x, q, scale, group_size)
+        if fused is not None:
+            return fused
         return grouped_fp8_linear(x, q, scale, group_size, self.dequantize)
+
+    def fused(
+        self, x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, group_size: int | None
+    ) -> torch.Tensor | None:
+        """The CPU kernels' matmul straight from FP8 (few rows), or None where not taken."""
+        if self.kernels is None:
+            return None
+        return self.kernels.fp8_linear(x, q, scale, group_size)
 
     def dequantize(
         self,

@@ -1,0 +1,85 @@
+"""FP8 weight-only matmul on the CPU through fp8_linear.c: the weight widened in registers.
+
+For a few rows of activations (decode steps), an FP8 layer's time is reading and widening
+its weight: dequantizing it whole into a bf16 copy and then multiplying (the fallback)
+costs about seven times as much at one row as widening each tile where it is multiplied.
+With many rows, oneDNN's matmul over a dequantized copy wins, so the kernel takes only up
+to `PER_ROW_MAX_ROWS` rows (per-row scales), or `GROUPED_MAX_ROWS` for grouped scales,
+whose dequantizing costs more (measured in docs/engine.md). It needs AVX-512 BF16; without
+it, FP8 layers keep the fallback.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+
+import torch
+
+from inference.kernels.cpu.build import KernelBuildError, load_library
+
+log = logging.getLogger("inference.kernels")
+
+PER_ROW_MAX_ROWS = 16
+GROUPED_MAX_ROWS = 64
+
+
+def load_fp8_linear(extra_flags: tuple[str, ...] = ()) -> Fp8LinearKernel | None:
+    """The kernel, or None where it cannot be built or this processor lacks AVX-512 BF16."""
+    try:
+        library = load_library("fp8_linear", extra_flags)
+    except KernelBuildError as error:
+        log.warning("fused FP8 matmul unavailable, dequantizing instead: %s", error)
+        return None
+    if not library.fp8_linear_available():
+        log.info("no AVX-512 BF16 here: FP8 layers dequantize their weights, then multiply")
+        return None
+    return Fp8LinearKernel(library)
+
+
+class Fp8LinearKernel:
+    def __init__(self, library: ctypes.CDLL) -> None:
+        self._lib = library
+
+    def __call__(
+        self, x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, group_size: int | None
+    ) -> torch.Tensor | None:
+        """``x @ dequantize(q, scale).T`` as bf16 (T, out) for bf16 x (T, in) on the CPU,
+        or None where the kernel does not take these tensors (the caller falls back).
+
+        ``scale``: (out,) per row (``group_size`` None) or (out, groups) of ``group_size``
+        columns, float32; the weight ``q`` (out, in) e4m3, contiguous.
+        """
+        limit = PER_ROW_MAX_ROWS if group_size is None else GROUPED_MAX_ROWS
+        if x.dim() != 2 or not 0 < x.shape[0] <= limit or x.dtype != torch.bfloat16:
+            return None
+        if x.stride(1) != 1 or x.device.type != "cpu" or scale.dtype != torch.float32:
+            return None
+        if q.dtype != torch.float8_e4m3fn or q.dim() != 2 or not q.is_contiguous():
+            return None
+        rows, cols = q.shape
+        if cols != x.shape[1] or not scale.is_contiguous():
+            return None
+        if group_size is None:
+            if scale.numel() != rows:
+                return None
+            groups, size = 0, cols
+        else:
+            groups, size = -(-cols // group_size), group_size
+            if group_size % 16 or scale.shape != (rows, groups):
+                return None
+        out = torch.empty((x.shape[0], rows), dtype=torch.bfloat16)
+        failed = self._lib.fp8_linear(
+            x.data_ptr(),
+            x.stride(0),
+            x.shape[0],
+            q.data_ptr(),
+            scale.data_ptr(),
+            rows,
+            cols,
+            groups,
+            size,
+            out.data_ptr(),
+            torch.get_num_threads(),
+        )
+        return None if failed else out

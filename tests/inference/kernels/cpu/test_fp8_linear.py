@@ -1,0 +1,133 @@
+"""The CPU's FP8 matmul (fp8_linear.c) against float64 over the same dequantized weights."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from inference.kernels.cpu.fp8_linear import (
+    GROUPED_MAX_ROWS,
+    PER_ROW_MAX_ROWS,
+    Fp8LinearKernel,
+    load_fp8_linear,
+)
+from inference.kernels.cpu.layers import load_layer_kernels
+from inference.model.quant import Fp8Linear
+from inference.model.quant.fp8_math import FP8_DTYPE, dequantize_weight_fp8, quantize_weight_fp8
+
+
+def has_avx512_bf16() -> bool:
+    flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines() if "flags" in line)
+    return "avx512_bf16" in flags.split()
+
+
+@pytest.fixture(scope="module")
+def kernel() -> Fp8LinearKernel:
+    loaded = load_fp8_linear()
+    # The appliance's and CI's processors have AVX-512 BF16; elsewhere FP8 layers fall back.
+    assert (loaded is not None) == has_avx512_bf16()
+    assert loaded is not None
+    return loaded
+
+
+def expected(
+    x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, group: int | None
+) -> torch.Tensor:
+    """What the kernel computes, in float64: per-row scales multiply the exact sums; grouped
+    ones are applied to the weight first, rounded once to bf16 (as the fallback does)."""
+    if group is None:
+        return (x.double() @ q.double().T) * scale.double()
+    return x.double() @ dequantize_weight_fp8(q, scale, torch.bfloat16, group).double().T
+
+
+@pytest.mark.parametrize(
+    ("rows", "out", "cols", "group"),
+    [
+        (1, 7, 40, None),  # a ragged last chunk of 32 columns, a ragged last tile of 4 rows
+        (3, 33, 576, None),
+        (5, 64, 96, None),  # one full tile of 4 activation rows and one of 1
+        (PER_ROW_MAX_ROWS, 50, 1536, None),
+        (2, 9, 96, 16),
+        (9, 100, 576, 16),
+        (GROUPED_MAX_ROWS, 20, 64, 16),
+        (4, 17, 70, 32),  # a ragged last group
+    ],
+)
+def test_matches_float64(
+    kernel: Fp8LinearKernel, rows: int, out: int, cols: int, group: int | None
+) -> None:
+    g = torch.Generator().manual_seed(rows * 1000 + cols)
+    weight = torch.randn(out, cols, generator=g)
+    weight[0, :5] = 1e-7  # e4m3 subnormals after scaling
+    q, scale = quantize_weight_fp8(weight, group)
+    wide = torch.randn(rows, cols + 8, generator=g).bfloat16()
+    x = wide[:, 3 : 3 + cols]  # rows strided, as a view of a fused projection
+    got = kernel(x, q, scale.contiguous(), group)
+    assert got is not None and got.dtype == torch.bfloat16 and got.shape == (rows, out)
+    want = expected(x, q, scale, group)
+    # Rounding the float32 sums to bf16: half an ulp, 2^-9 of each value.
+    torch.testing.assert_close(got.double(), want, rtol=2**-8, atol=1e-6 * want.abs().max().item())
+
+
+def test_every_e4m3_value_is_widened_exactly(kernel: Fp8LinearKernel) -> None:
+    """Each byte (NaN aside) at column 5 of its own row, x picking column 5: out is the value."""
+    codes = torch.arange(256, dtype=torch.uint8)
+    codes = codes[(codes & 0x7F) != 0x7F]
+    q = torch.zeros(codes.numel(), 40, dtype=torch.uint8)
+    q[:, 5] = codes
+    q = q.view(FP8_DTYPE)
+    x = torch.zeros(1, 40, dtype=torch.bfloat16)
+    x[0, 5] = 1
+    for group in (None, 16):
+        scale = torch.ones(codes.numel()) if group is None else torch.ones(codes.numel(), 3)
+        got = kernel(x, q, scale, group)
+        assert got is not None and torch.equal(got[0], q[:, 5].to(torch.bfloat16))
+
+
+def test_declines_what_it_does_not_take(kernel: Fp8LinearKernel) -> None:
+    q, scale = quantize_weight_fp8(torch.randn(8, 64))
+    grouped_q, grouped_scale = quantize_weight_fp8(torch.randn(8, 64), 8)
+    x = torch.randn(2, 64).bfloat16()
+    assert kernel(x, q, scale, None) is not None
+    assert kernel(x.float(), q, scale, None) is None  # float32 activations
+    assert kernel(torch.randn(PER_ROW_MAX_ROWS + 1, 64).bfloat16(), q, scale, None) is None
+    assert kernel(x[:0], q, scale, None) is None
+    assert kernel(x, grouped_q, grouped_scale, 8) is None  # groups must be a multiple of 16
+    assert kernel(x, q[:, :32], scale, None) is None  # columns differ from x's
+    assert kernel(x, q.t().contiguous().t(), scale, None) is None  # not contiguous
+    assert kernel(x, q, scale[:4], None) is None
+
+
+def test_portable_build_falls_back() -> None:
+    """Without AVX-512 the library builds but says it cannot run: layers dequantize."""
+    assert load_fp8_linear(("-mno-avx512f",)) is None
+    portable = load_layer_kernels(("-mno-avx512f",))
+    assert portable is not None and portable.fp8 is None
+    q, scale = quantize_weight_fp8(torch.randn(8, 64))
+    assert portable.fp8_linear(torch.randn(2, 64).bfloat16(), q, scale, None) is None
+
+
+@pytest.mark.parametrize("rows", [1, 3, PER_ROW_MAX_ROWS, PER_ROW_MAX_ROWS + 1])
+def test_layer_gives_the_fallbacks_result(kernel: Fp8LinearKernel, rows: int) -> None:
+    """An Fp8Linear with the CPU kernels set: the fused kernel for a few rows, dequantizing
+    for more; both within bf16 rounding of the plain layer."""
+    from inference.model.layers.linear import FusedLinear
+
+    cpu = torch.device("cpu")
+    linear = FusedLinear(96, [40, 24], bias=True, dtype=torch.bfloat16, device=cpu)
+    torch.nn.init.normal_(linear.weight)
+    torch.nn.init.normal_(linear.bias)
+    layer = Fp8Linear.from_linear(linear)
+    x = torch.randn(rows, 96).bfloat16()
+    plain = layer(x)
+    kernels = load_layer_kernels()
+    assert kernels is not None and kernels.fp8 is not None
+    layer.kernels = kernels
+    fast = layer(x)
+    torch.testing.assert_close(fast.float(), plain.float(), rtol=2e-2, atol=5e-2)
+    fused = kernels.fp8_linear(x, layer.weight, layer.weight_scale, None)
+    assert (fused is not None) == (rows <= PER_ROW_MAX_ROWS)
+    if fused is not None:
+        assert layer.bias is not None and torch.equal(fast, fused + layer.bias)
