@@ -14,9 +14,11 @@ Models, built here since the GPU machine reaches no model hub:
   heads over 8 KV heads, intermediate 8192, vocab 128,256, tied): 1.24B parameters, built
   from a transformers `LlamaConfig`.
 
-Prints tables and writes JSON (default docs/benchmarks/gpu-check-<date>.json). Exits 2
-at once without CUDA, 1 when a kernel check fails. ``--device cpu --quick`` runs the
-plumbing on a CPU (kernels under triton's interpreter, a tiny model, tiny batches).
+Prints tables and writes JSON (default docs/benchmarks/gpu-check-<date>.json), rewritten
+after each part: a part that raises is recorded with its error and the next one runs, and
+SIGTERM (the script's time limit) saves what ran with ``"complete": false``. Exits 2 at
+once without CUDA, 1 when a check failed or did not run. ``--device cpu --quick`` runs
+the plumbing on a CPU (kernels under triton's interpreter, a tiny model, tiny batches).
 """
 
 from __future__ import annotations
@@ -25,46 +27,22 @@ import argparse
 import dataclasses
 import datetime
 import gc
+import importlib.metadata
 import importlib.util
 import json
 import os
+import signal
 import sys
 import time
+import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from inference.bench.random_llama import SHAPES, build_random_llama
+
 HBM_BYTES_PER_S = 4.3e12
 REPO = Path(__file__).resolve().parents[2]
-
-SHAPES: dict[str, dict[str, Any]] = {
-    "smollm2-135m": {
-        "hidden_size": 576,
-        "intermediate_size": 1536,
-        "num_hidden_layers": 30,
-        "num_attention_heads": 9,
-        "num_key_value_heads": 3,
-        "vocab_size": 49152,
-        "rope_theta": 100000.0,
-    },
-    "llama-1b": {
-        "hidden_size": 2048,
-        "intermediate_size": 8192,
-        "num_hidden_layers": 16,
-        "num_attention_heads": 32,
-        "num_key_value_heads": 8,
-        "vocab_size": 128256,
-        "rope_theta": 500000.0,
-    },
-    "tiny": {  # --quick on a CPU
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "vocab_size": 512,
-        "rope_theta": 10000.0,
-    },
-}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,49 +82,131 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device(args.device)
     quick = args.quick or args.device == "cpu"
     models = (args.models or ("tiny" if quick else "smollm2-135m,llama-1b")).split(",")
+    unknown = [name for name in models if name not in SHAPES]
+    if unknown:  # before anything runs
+        print(f"error: unknown model {unknown[0]!r}; known: {', '.join(SHAPES)}", file=sys.stderr)
+        return 2
+    date = datetime.date.today().isoformat()
+    output = Path(args.output or REPO / f"docs/benchmarks/gpu-check-{date}.json")
     report: dict[str, Any] = {
         "benchmark": "gpu-check",
-        "date": datetime.date.today().isoformat(),
+        "date": date,
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "torch": torch.__version__,
+        "triton": _version("triton"),
         "quick": quick,
+        "complete": False,  # true once every part has run (each part's failure is in it)
     }
+    # The JSON is rewritten after every part, so a crash or the time limit keeps what ran.
+    signal.signal(signal.SIGTERM, _terminated)
+    started = time.perf_counter()
+    try:
+        ok = run_parts(report, output, args, device, models, quick)
+        report["complete"] = True
+    except Terminated:
+        report["error"] = "terminated (SIGTERM: the time limit?) before every part ran"
+        ok = False
+    finally:
+        report["seconds"] = round(time.perf_counter() - started, 1)
+        save(report, output)
+        print(f"wrote {output}")
+    if not ok:
+        print("error: a check failed or did not run (see above and the JSON)", file=sys.stderr)
+    return 0 if ok else 1
+
+
+def run_parts(
+    report: dict[str, Any],
+    output: Path,
+    args: argparse.Namespace,
+    device: Any,
+    models: list[str],
+    quick: bool,
+) -> bool:
+    """Kernels, then each model's benchmarks, each saved as it ends; False if any failed."""
     ok = True
     if not args.skip_kernels:
         from inference.bench.kernel_check import run_kernel_checks
 
         started = time.perf_counter()
-        kernels = run_kernel_checks(device, quick=quick)
+        kernels = guarded("kernel checks", run_kernel_checks, device, quick=quick)
         report["kernels"] = kernels
         report["kernel_check_seconds"] = round(time.perf_counter() - started, 1)
-        print_kernel_table(kernels)
-        ok = all(k["ok"] for k in kernels)
+        if isinstance(kernels, dict):  # not even one case could run
+            ok = False
+        else:
+            print_kernel_table(kernels)
+            ok = all(k["ok"] for k in kernels)
+        save(report, output)
     workload = QUICK if quick else Workload()
     report["workload"] = dataclasses.asdict(workload)
     report["models"] = {}
     if importlib.util.find_spec("gguf") is None:  # the engine imports it; a GPU image may lack it
         print("error: no `gguf` package, so no engine: see scripts/gpu_check.sh", file=sys.stderr)
-        models, ok = [], False
+        report["error"] = "no gguf package: the engine could not be imported"
+        return False
     for name in models:
-        path, source = model_path(name, args, device)
-        entry: dict[str, Any] = {"source": source}
-        for weights in ("bf16", "fp8"):
-            entry[weights] = bench_model(path, weights, device, workload)
-            gc.collect()  # the engine and its KV pool go before the next one loads
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
-        if device.type == "cuda" and name == models[0]:
-            entry["graphs_vs_eager"] = graphs_vs_eager(path)
-            print(f"CUDA graphs vs eager, greedy tokens equal: {entry['graphs_vs_eager']}")
+        entry: dict[str, Any] = {}
         report["models"][name] = entry
-        print_speed_table(name, source, entry, workload)
-    output = Path(args.output or REPO / f"docs/benchmarks/gpu-check-{report['date']}.json")
+        found = guarded(f"{name}: building the model", model_path, name, args, device)
+        if isinstance(found, dict):
+            entry.update(found)
+            save(report, output)
+            ok = False
+            continue
+        path, entry["source"] = found
+        for weights in ("bf16", "fp8"):
+            entry[weights] = guarded(
+                f"{name} {weights}", bench_model, path, weights, device, workload
+            )
+            ok = ok and not (isinstance(entry[weights], dict) and "error" in entry[weights])
+            save(report, output)
+        if device.type == "cuda" and name == models[0]:
+            entry["graphs_vs_eager"] = guarded(f"{name} graphs", graphs_vs_eager, path)
+            ok = ok and "error" not in entry["graphs_vs_eager"]
+            print(f"CUDA graphs vs eager, greedy tokens equal: {entry['graphs_vs_eager']}")
+            save(report, output)
+        print_speed_table(name, entry.get("source", "?"), entry, workload)
+    return ok
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived (`timeout` in scripts/gpu_check.sh): save what ran, then stop."""
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise Terminated
+
+
+def guarded(what: str, part: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``part(...)``, or {"error": ...} (printed with its traceback) if it raises."""
+    import torch
+
+    try:
+        return part(*args, **kwargs)
+    except Exception as error:
+        trace = traceback.format_exc()
+        print(f"error: {what}: {trace}", file=sys.stderr)
+        return {"error": f"{type(error).__name__}: {error}", "traceback": trace[-4000:]}
+    finally:
+        gc.collect()  # an engine and its KV pool go before the next part
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+def save(report: dict[str, Any], output: Path) -> None:
+    """Write the report whole or not at all (a SIGKILL may follow a SIGTERM)."""
     output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"wrote {output}")
-    if not ok:
-        print("error: a Triton kernel differs from the torch path (see above)", file=sys.stderr)
-    return 0 if ok else 1
+    partial = output.with_name(output.name + ".partial")
+    partial.write_text(json.dumps(report, indent=2) + "\n")
+    os.replace(partial, output)
+
+
+def _version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def fp8_available() -> bool:
@@ -167,6 +227,7 @@ def bench_model(path: str, weights: str, device: Any, workload: Workload) -> dic
             return "fp8: not available"
         kwargs["quantization"] = "fp8"
     largest = max(workload.batches)
+    started = time.perf_counter()
     llm = LLM(
         path,
         dtype="bfloat16",
@@ -211,6 +272,7 @@ def bench_model(path: str, weights: str, device: Any, workload: Workload) -> dic
             result["batch1_hbm_fraction"] = round(weight_bytes / step_seconds / HBM_BYTES_PER_S, 3)
     graphs = llm.engine.runner.decode_graphs
     result["cuda_graphs_captured"] = graphs.num_captured if graphs is not None else 0
+    result["seconds"] = round(time.perf_counter() - started, 1)  # loading included
     return result
 
 
@@ -252,47 +314,18 @@ def model_path(name: str, args: argparse.Namespace, device: Any) -> tuple[str, s
         gguf = Path(args.gguf or REPO / ".enclave/models/SmolLM2-135M-Instruct.Q4_1.gguf")
         if gguf.is_file():
             return str(gguf), f"GGUF {gguf.name}"
-    if name not in SHAPES:
-        raise SystemExit(f"error: unknown model {name!r}; known: {', '.join(SHAPES)}")
     directory = Path(args.workdir) / name
     if not (directory / "config.json").is_file():
         build_random_llama(directory, SHAPES[name], device)
     return str(directory), f"random weights, {name} shape (transformers LlamaConfig)"
 
 
-def build_random_llama(directory: Path, shape: dict[str, Any], device: Any) -> None:
-    """A bf16 Hugging Face directory: random weights and a word-level tokenizer."""
-    import torch
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import AutoModelForCausalLM, LlamaConfig
-
-    config = LlamaConfig(
-        **{k: v for k, v in shape.items() if k != "rope_theta"},
-        rope_parameters={"rope_type": "default", "rope_theta": shape["rope_theta"]},
-        max_position_embeddings=4096,
-        rms_norm_eps=1e-5,
-        tie_word_embeddings=True,
-        bos_token_id=1,
-        eos_token_id=2,
-    )
-    with torch.device(device):  # random init on the GPU: seconds, not minutes
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
-    directory.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(directory, safe_serialization=True)
-    # One word per id, so any generated id decodes.
-    vocab = {f"t{i}": i for i in range(shape["vocab_size"])}
-    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="t0"))
-    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer.save(str(directory / "tokenizer.json"))
-    (directory / "tokenizer_config.json").write_text(
-        json.dumps({"bos_token": "t1", "eos_token": "t2", "unk_token": "t0"})
-    )
-    del model
-
-
 def print_kernel_table(kernels: list[dict[str, Any]]) -> None:
     print(f"\n{'kernel case':<36} {'seqs':>5} {'tokens':>7} {'rel err':>9} {'kv equal':>9}  ok")
     for k in kernels:
+        if "error" in k:
+            print(f"{k['case']}: NO, {k['error']}")
+            continue
         kv_equal = "-" if k["kv_bytes_equal"] is None else f"{k['kv_bytes_equal']:.4f}"
         print(
             f"{k['case']:<36} {k['seqs']:>5} {k['tokens']:>7} {k['rel_error']:>9.2e} "
@@ -305,9 +338,9 @@ def print_speed_table(name: str, source: str, entry: dict[str, Any], workload: W
     header = "".join(f"{'decode b=' + str(b):>14}" for b in workload.batches)
     print(f"{'weights':<8}{header}{'b=1 HBM':>10}{'prefill':>12}   (tokens/s)")
     for weights in ("bf16", "fp8"):
-        result = entry[weights]
-        if isinstance(result, str):
-            print(f"{weights:<8}{result}")
+        result = entry.get(weights, "did not run")
+        if isinstance(result, str) or "error" in result:
+            print(f"{weights:<8}{result if isinstance(result, str) else result['error']}")
             continue
         decode = "".join(
             f"{result['decode_tokens_per_s'][str(b)]:>14.1f}" for b in workload.batches

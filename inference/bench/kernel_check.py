@@ -8,6 +8,8 @@ compiled kernels (tensor-core dots, the GPU's own float8 rounding) are what is c
 from __future__ import annotations
 
 import itertools
+import traceback
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -136,30 +138,28 @@ def check_grouped_fp8_matmul(
 
 def run_kernel_checks(device: torch.device, *, quick: bool) -> list[dict[str, Any]]:
     """GQA 1, 3 and 8 x block sizes 16 and 32 x bf16 and fp8 KV, and the grouped FP8
-    matmul at decode and prefill sizes (quick: a tiny subset)."""
+    matmul at decode and prefill sizes (quick: a tiny subset). A case that raises (a
+    kernel that does not compile, say) is reported as failed with its error; the rest run.
+    """
     if quick:
-        matmul = check_grouped_fp8_matmul(
-            device, tokens=3, out_features=40, in_features=48, group_size=16
-        )
-        return [matmul] + [
-            check_case(
-                device,
-                group=3,
-                block_size=16,
-                fp8=fp8,
-                head_dim=16,
-                num_kv_heads=1,
-                seed=1,
-                contexts=[(0, 17), (15, 1), (16, 1), (19, 5)],
-            )
-            for fp8 in (False, True)
-        ]
+        cases = [
+            _run(check_grouped_fp8_matmul, device, tokens=3, out_features=40, in_features=48,
+                 group_size=16)
+        ]  # fmt: skip
+        for fp8 in (False, True):
+            contexts = [(0, 17), (15, 1), (16, 1), (19, 5)]
+            cases.append(
+                _run(check_case, device, group=3, block_size=16, fp8=fp8, head_dim=16,
+                     num_kv_heads=1, seed=1, contexts=contexts)
+            )  # fmt: skip
+        return cases
     results = []
     for seed, (group, block_size, fp8) in enumerate(
         itertools.product((1, 3, 8), (16, 32), (False, True))
     ):
         results.append(
-            check_case(
+            _run(
+                check_case,
                 device,
                 group=group,
                 block_size=block_size,
@@ -173,7 +173,8 @@ def run_kernel_checks(device: torch.device, *, quick: bool) -> list[dict[str, An
         (1, 300), ((49152, 576, 16), (4096, 2048, 128), (1000, 200, 128))
     ):
         results.append(
-            check_grouped_fp8_matmul(
+            _run(
+                check_grouped_fp8_matmul,
                 device,
                 tokens=tokens,
                 out_features=out_features,
@@ -182,3 +183,21 @@ def run_kernel_checks(device: torch.device, *, quick: bool) -> list[dict[str, An
             )
         )
     return results
+
+
+def _run(check: Callable[..., dict[str, Any]], device: torch.device, **case: Any) -> dict[str, Any]:
+    """One check's result, or a failed one that names the case and the error."""
+    try:
+        return check(device, **case)
+    except Exception as error:
+        traceback.print_exc()
+        described = ", ".join(f"{k}={v}" for k, v in case.items() if k != "contexts")
+        return {
+            "case": f"{check.__name__}({described})",
+            "seqs": None,
+            "tokens": None,
+            "rel_error": None,
+            "kv_bytes_equal": None,
+            "ok": False,
+            "error": f"{type(error).__name__}: {error}"[:2000],
+        }

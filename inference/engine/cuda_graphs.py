@@ -123,6 +123,55 @@ def make_decode_graphs(
     )
 
 
+class DecodeBuffers:
+    """One padded batch size's inputs on the device, and the attention metadata and plan
+    that read them: what a CUDA graph of that size captures, and so reads at each replay.
+
+    Nothing here needs CUDA: the plan is the Triton backend's, which a CPU test runs
+    under triton's interpreter.
+    """
+
+    def __init__(self, size: int, max_blocks: int, block_size: int, device: torch.device):
+        from inference.kernels.triton.backend import StepPlan
+
+        self.size = size
+        self.max_blocks = max_blocks
+        self.packed = torch.zeros(
+            NUM_ROW_FIELDS * size + size * max_blocks, dtype=torch.int64, device=device
+        )
+        rows = self.packed[: NUM_ROW_FIELDS * size].view(NUM_ROW_FIELDS, size)
+        self.input_ids, self.positions, slots, seq_lens = rows
+        tables = self.packed[NUM_ROW_FIELDS * size :].view(size, max_blocks)
+        arange = torch.arange(size + 1, dtype=torch.int32, device=device)
+        self.metadata = AttentionMetadata(
+            slot_mapping=slots,
+            query_start_loc=list(range(size + 1)),
+            seq_lens=[max_blocks * block_size] * size,  # host-side bound only
+            block_tables=tables,
+            block_size=block_size,
+            decode_seqs=list(range(size)),
+        )
+        # The decode kernel's splits are planned for the longest context there may be.
+        self.plan = StepPlan(
+            seq_lens=seq_lens,
+            query_start_loc=arange,
+            decode_seq_idx=arange[:size],
+            decode_rows=arange[:size],
+            max_decode_len=max_blocks * block_size,
+            prefill_seq_idx=arange[:0],
+            max_query_len=0,
+        )
+
+    def stage(self, inputs: DecodeInputs) -> None:
+        """Overwrite the buffers with one step: one host-to-device copy."""
+        self.packed.copy_(torch.from_numpy(pad_decode_inputs(inputs, self.size, self.max_blocks)))
+
+    def bind(self, backend: TritonAttentionBackend) -> AttentionMetadata:
+        """Make ``backend`` attend through this plan; the metadata to run the model with."""
+        backend.bind(self.metadata, self.plan)
+        return self.metadata
+
+
 class DecodeGraphRunner:
     """Captures and replays decode forwards for a model on CUDA with the Triton backend."""
 
@@ -149,8 +198,7 @@ class DecodeGraphRunner:
         self.enabled = True
         self._graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         self._pool = torch.cuda.graph_pool_handle()  # one memory pool for every size
-        self._buffers: dict[int, torch.Tensor] = {}  # size -> its inputs, packed
-        self._arange: torch.Tensor | None = None
+        self._buffers: dict[int, DecodeBuffers] = {}  # made outside any capture
 
     def can_run(self, num_seqs: int, width: int) -> bool:
         """Whether a pure decode step of ``num_seqs`` with ``width``-block tables replays."""
@@ -165,59 +213,23 @@ class DecodeGraphRunner:
         size = padded_batch_size(inputs.num_seqs, self.sizes)
         if size is None or not self.enabled:
             return None
-        self._stage(inputs, size)
+        buffers = self._buffers.get(size)
+        if buffers is None:
+            buffers = DecodeBuffers(size, self.max_blocks, self.block_size, self.device)
+            self._buffers[size] = buffers
+        buffers.stage(inputs)
         entry = self._graphs.get(size)
         if entry is None:
-            entry = self._capture(size)
+            entry = self._capture(buffers)
             if entry is None:
                 return None
         graph, hidden = entry
         graph.replay()
         return hidden[: inputs.num_seqs]
 
-    def _stage(self, inputs: DecodeInputs, size: int) -> None:
-        """Copy the step into this size's static buffer: one host-to-device copy."""
-        packed = torch.from_numpy(pad_decode_inputs(inputs, size, self.max_blocks))
-        buffer = self._buffers.get(size)
-        if buffer is None:
-            buffer = self._buffers[size] = torch.empty_like(packed, device=self.device)
-        buffer.copy_(packed)
-
-    def _views(self, size: int) -> tuple[torch.Tensor, ...]:
-        buffer = self._buffers[size]
-        rows = buffer[: NUM_ROW_FIELDS * size].view(NUM_ROW_FIELDS, size)
-        tables = buffer[NUM_ROW_FIELDS * size :].view(size, self.max_blocks)
-        return rows[0], rows[1], rows[2], rows[3], tables
-
-    def _static_metadata(self, size: int) -> AttentionMetadata:
-        from inference.kernels.triton.backend import StepPlan
-
-        _, _, slots, seq_lens, tables = self._views(size)
-        if self._arange is None or self._arange.shape[0] < size + 1:
-            self._arange = torch.arange(self.sizes[-1] + 1, dtype=torch.int32, device=self.device)
-        meta = AttentionMetadata(
-            slot_mapping=slots,
-            query_start_loc=list(range(size + 1)),
-            seq_lens=[self.max_blocks * self.block_size] * size,  # host-side bound only
-            block_tables=tables,
-            block_size=self.block_size,
-            decode_seqs=list(range(size)),
-        )
-        plan = StepPlan(
-            seq_lens=seq_lens,
-            query_start_loc=self._arange[: size + 1],
-            decode_seq_idx=self._arange[:size],
-            decode_rows=self._arange[:size],
-            max_decode_len=self.max_blocks * self.block_size,
-            prefill_seq_idx=self._arange[:0],
-            max_query_len=0,
-        )
-        self.backend.bind(meta, plan)
-        return meta
-
-    def _capture(self, size: int) -> tuple[torch.cuda.CUDAGraph, torch.Tensor] | None:
-        input_ids, positions, *_ = self._views(size)
-        meta = self._static_metadata(size)
+    def _capture(self, buffers: DecodeBuffers) -> tuple[torch.cuda.CUDAGraph, torch.Tensor] | None:
+        meta = buffers.bind(self.backend)
+        args = (buffers.input_ids, buffers.positions, self.kv_caches, meta)
         try:
             # Warm up on a side stream first: Triton compiles and cuBLAS picks its kernels
             # outside the capture. These runs compute this very step (same buffers), so the
@@ -226,17 +238,19 @@ class DecodeGraphRunner:
             stream.wait_stream(torch.cuda.current_stream(self.device))
             with torch.cuda.stream(stream):
                 for _ in range(2):
-                    self.model(input_ids, positions, self.kv_caches, meta)
+                    self.model(*args)
             torch.cuda.current_stream(self.device).wait_stream(stream)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=self._pool):
-                hidden = self.model(input_ids, positions, self.kv_caches, meta)
+                hidden = self.model(*args)
         except Exception:  # a model that cannot be captured still runs, eagerly
             log.warning(
-                "CUDA graph capture failed at batch %d; decoding eagerly", size, exc_info=True
+                "CUDA graph capture failed at batch %d; decoding eagerly",
+                buffers.size,
+                exc_info=True,
             )
             self.enabled = False
             return None
-        self._graphs[size] = (graph, hidden)
-        log.info("captured a CUDA graph for decode batch %d", size)
+        self._graphs[buffers.size] = (graph, hidden)
+        log.info("captured a CUDA graph for decode batch %d", buffers.size)
         return graph, hidden

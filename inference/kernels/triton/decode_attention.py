@@ -9,7 +9,11 @@ tiles of BLOCK_N tokens.
 Long contexts at a small batch leave most of the GPU idle if one program walks the whole
 context, so the context is cut into splits (flash-decoding): each split writes its
 unnormalised output with its running max and sum, and a second kernel combines them. With
-one split the first kernel writes the output itself.
+one split the first kernel writes the output itself. The number of splits is a runtime
+argument, not a compile-time one: it changes with the batch and the longest context, and
+each new value of a constexpr compiles the kernel again (on a GPU, a stall of a second or
+so in the middle of serving); only whether there are splits, and the combining kernel's
+tile (a power of two), are compiled in.
 
 FP8 pools: keys and values are upcast from e4m3 (exact in bf16); the key scale folds into
 the softmax scale and the value scale into the output.
@@ -41,6 +45,7 @@ def _decode_kernel(
     v_scale_ptr,
     softmax_scale,
     split_len,
+    num_splits,
     block_size,
     stride_qt,
     stride_qh,
@@ -55,7 +60,7 @@ def _decode_kernel(
     HEAD_DIM: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    NUM_SPLITS: tl.constexpr,
+    SPLIT: tl.constexpr,
     IS_FP8: tl.constexpr,
     DOT_DTYPE: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
@@ -109,7 +114,7 @@ def _decode_kernel(
         running_max = new_max
 
     out_mask = g_mask[:, None] & d_mask[None, :]
-    if NUM_SPLITS == 1:
+    if not SPLIT:
         out = acc / tl.maximum(running_sum, 1e-30)[:, None]  # an empty (padding) row gives 0
         if IS_FP8:
             out = out * tl.load(v_scale_ptr)
@@ -119,9 +124,9 @@ def _decode_kernel(
             mask=out_mask,
         )
     else:
-        # Partials are (num_decodes, num_heads, NUM_SPLITS[, BLOCK_D]) float32, contiguous.
+        # Partials are (num_decodes, num_heads, num_splits[, BLOCK_D]) float32, contiguous.
         num_heads = tl.num_programs(1) * GROUP
-        part = (i * num_heads + heads) * NUM_SPLITS + split
+        part = (i * num_heads + heads) * num_splits + split
         tl.store(part_max_ptr + part, running_max, mask=g_mask)
         tl.store(part_sum_ptr + part, running_sum, mask=g_mask)
         tl.store(part_acc_ptr + part[:, None] * BLOCK_D + d[None, :], acc, mask=out_mask)
@@ -135,11 +140,11 @@ def _combine_splits_kernel(
     part_max_ptr,
     part_sum_ptr,
     v_scale_ptr,
+    num_splits,
     stride_ot,
     stride_oh,
     HEAD_DIM: tl.constexpr,
     BLOCK_D: tl.constexpr,
-    NUM_SPLITS: tl.constexpr,
     BLOCK_S: tl.constexpr,
     IS_FP8: tl.constexpr,
 ):
@@ -148,8 +153,8 @@ def _combine_splits_kernel(
     row = tl.load(rows_ptr + i).to(tl.int64)
     s = tl.arange(0, BLOCK_S)
     d = tl.arange(0, BLOCK_D)
-    s_mask = s < NUM_SPLITS
-    part = (i * tl.num_programs(1) + head) * NUM_SPLITS + s
+    s_mask = s < num_splits
+    part = (i * tl.num_programs(1) + head) * num_splits + s
     split_max = tl.load(part_max_ptr + part, mask=s_mask, other=float("-inf"))
     split_sum = tl.load(part_sum_ptr + part, mask=s_mask, other=0.0)
     acc = tl.load(
@@ -272,6 +277,7 @@ def paged_decode_attention(
         v_scale_arg,
         softmax_scale,
         split_len,
+        num_splits,
         block_size,
         query.stride(0),
         query.stride(1),
@@ -286,7 +292,7 @@ def paged_decode_attention(
         HEAD_DIM=head_dim,
         BLOCK_D=block_d,
         BLOCK_N=block_n,
-        NUM_SPLITS=num_splits,
+        SPLIT=num_splits > 1,
         IS_FP8=is_fp8,
         DOT_DTYPE=dot_dtype,
         DOT_PRECISION=dot_precision,
@@ -299,11 +305,11 @@ def paged_decode_attention(
             part_max,
             part_sum,
             v_scale_arg,
+            num_splits,
             out.stride(0),
             out.stride(1),
             HEAD_DIM=head_dim,
             BLOCK_D=block_d,
-            NUM_SPLITS=num_splits,
             BLOCK_S=triton.next_power_of_2(num_splits),
             IS_FP8=is_fp8,
         )

@@ -196,10 +196,12 @@ class Fp8Linear(nn.Module):
             raise ValueError(f"unexpected tensor {name}: the layer has no {param_name}")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (T, in) -> (T, sum(shards))
-        if self._use_scaled_mm and x.is_cuda:
+        if self._use_scaled_mm:  # set only for a layer on a CUDA 8.9+ device
             try:
                 return self._forward_scaled_mm(x)
-            except RuntimeError as err:  # an unsupported shape, dtype or GPU: never again
+            # An unsupported shape, dtype or GPU: never again. torch's checks raise
+            # ValueError for some arguments (TORCH_CHECK_VALUE), RuntimeError for others.
+            except (RuntimeError, ValueError) as err:
                 log.warning("torch._scaled_mm failed (%s); dequantizing from now on", err)
                 self._use_scaled_mm = False
         return self._forward_dequant(x)

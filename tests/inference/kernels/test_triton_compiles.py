@@ -3,6 +3,10 @@
 The CPU tests run the kernels under triton's interpreter, which accepts code the compiler
 rejects; this builds real cubins (triton's wheel carries ptxas). It runs in a fresh
 process because the kernel tests' conftest re-imports the kernels for the interpreter.
+Each compile-time branch the engine can take is built once: FP8 and bf16 pools, one
+decode split and several (and the kernel that combines them), int32 lengths (an eager
+step's plan) and int64 ones (a CUDA graph's buffer), GQA groups of 1 and 3, the FP8
+matmul's decode and prefill tiles.
 """
 
 from __future__ import annotations
@@ -26,41 +30,59 @@ SCRIPT = textwrap.dedent(
 
     strides = lambda *names: dict.fromkeys(names, "i32")
     fp8 = {"k_scale_ptr": "*fp32", "v_scale_ptr": "*fp32"}
-    build(
-        kv_write._reshape_and_cache_kernel,
-        {"key_ptr": "*bf16", "value_ptr": "*bf16", "key_cache_ptr": "*fp8e4nv",
-         "value_cache_ptr": "*fp8e4nv", "slot_ptr": "*i64", **fp8,
-         **strides("stride_kt", "stride_kh", "stride_vt", "stride_vh", "stride_cache_slot",
-                   "stride_cache_head")},
-        {"NUM_HEADS": 8, "BLOCK_H": 8, "HEAD_DIM": 128, "BLOCK_D": 128, "IS_FP8": True},
-    )
-    attention = {"q_ptr": "*bf16", "k_cache_ptr": "*fp8e4nv", "v_cache_ptr": "*fp8e4nv",
-                 "block_tables_ptr": "*i64", "seq_lens_ptr": "*i32", "seq_idx_ptr": "*i32",
-                 "out_ptr": "*bf16", **fp8, "softmax_scale": "fp32", "block_size": "i32",
-                 **strides("stride_qt", "stride_qh", "stride_ot", "stride_oh", "stride_bt",
-                           "stride_cb", "stride_cs", "stride_ch")}
-    dots = {"IS_FP8": True, "DOT_DTYPE": tl.bfloat16, "DOT_PRECISION": "tf32"}
-    build(
-        decode_attention._decode_kernel,
-        {**attention, "rows_ptr": "*i32", "part_acc_ptr": "*fp32", "part_max_ptr": "*fp32",
-         "part_sum_ptr": "*fp32", "split_len": "i32"},
-        {"GROUP": 4, "BLOCK_G": 16, "HEAD_DIM": 128, "BLOCK_D": 128, "BLOCK_N": 64,
-         "NUM_SPLITS": 8, **dots},
-    )
-    build(
-        chunk_attention._chunk_kernel,
-        {**attention, "query_start_ptr": "*i32"},
-        {"GROUP": 3, "HEAD_DIM": 64, "BLOCK_D": 64, "BLOCK_G": 4, "BLOCK_Q": 16,
-         "BLOCK_N": 64, **dots},
-    )
-    build(
-        fp8_matmul._grouped_fp8_matmul_kernel,
-        {"x_ptr": "*bf16", "w_ptr": "*fp8e4nv", "s_ptr": "*fp32", "y_ptr": "*bf16",
-         "M": "i32", "N": "i32", "K": "i32",
-         **strides("stride_xm", "stride_wn", "stride_sn", "stride_ym")},
-        {"GROUP_K": 16, "BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 64, "DOT_DTYPE": tl.bfloat16,
-         "DOT_PRECISION": "tf32", "IS_BF16": True},
-    )
+    for pool in ("*fp8e4nv", "*bf16"):
+        build(
+            kv_write._reshape_and_cache_kernel,
+            {"key_ptr": "*bf16", "value_ptr": "*bf16", "key_cache_ptr": pool,
+             "value_cache_ptr": pool, "slot_ptr": "*i64", **fp8,
+             **strides("stride_kt", "stride_kh", "stride_vt", "stride_vh",
+                       "stride_cache_slot", "stride_cache_head")},
+            {"NUM_HEADS": 3, "BLOCK_H": 4, "HEAD_DIM": 128, "BLOCK_D": 128,
+             "IS_FP8": pool == "*fp8e4nv"},
+        )
+    # A CUDA graph's lengths come from its int64 buffer, an eager step's plan is int32.
+    for pool, lens, split in (("*fp8e4nv", "*i32", True), ("*bf16", "*i64", False)):
+        attention = {"q_ptr": "*bf16", "k_cache_ptr": pool, "v_cache_ptr": pool,
+                     "block_tables_ptr": "*i64", "seq_lens_ptr": lens, "seq_idx_ptr": "*i32",
+                     "out_ptr": "*bf16", **fp8, "softmax_scale": "fp32", "block_size": "i32",
+                     **strides("stride_qt", "stride_qh", "stride_ot", "stride_oh",
+                               "stride_bt", "stride_cb", "stride_cs", "stride_ch")}
+        dots = {"IS_FP8": pool == "*fp8e4nv", "DOT_DTYPE": tl.bfloat16, "DOT_PRECISION": "tf32"}
+        build(
+            decode_attention._decode_kernel,
+            {**attention, "rows_ptr": "*i32", "part_acc_ptr": "*fp32", "part_max_ptr": "*fp32",
+             "part_sum_ptr": "*fp32", "split_len": "i32", "num_splits": "i32"},
+            {"GROUP": 4, "BLOCK_G": 16, "HEAD_DIM": 128, "BLOCK_D": 128, "BLOCK_N": 64,
+             "SPLIT": split, **dots},
+        )
+        build(
+            decode_attention._combine_splits_kernel,
+            {"rows_ptr": "*i32", "out_ptr": "*bf16", "part_acc_ptr": "*fp32",
+             "part_max_ptr": "*fp32", "part_sum_ptr": "*fp32", "v_scale_ptr": "*fp32",
+             "num_splits": "i32", **strides("stride_ot", "stride_oh")},
+            {"HEAD_DIM": 128, "BLOCK_D": 128, "BLOCK_S": 8, "IS_FP8": pool == "*fp8e4nv"},
+        )
+        for group in (1, 3):  # one query head per KV head: BLOCK_G 1, 64-token tiles
+            block_g = triton.next_power_of_2(group)
+            build(
+                chunk_attention._chunk_kernel,
+                {**attention, "query_start_ptr": "*i32"},
+                {"GROUP": group, "HEAD_DIM": 64, "BLOCK_D": 64, "BLOCK_G": block_g,
+                 "BLOCK_Q": 64 // block_g, "BLOCK_N": 64, **dots},
+            )
+    for group_k, block_m in ((16, 16), (128, 64)):  # decode and prefill tiles
+        build(
+            fp8_matmul._grouped_fp8_matmul_kernel,
+            {"x_ptr": "*bf16", "w_ptr": "*fp8e4nv", "s_ptr": "*fp32", "y_ptr": "*bf16",
+             "M": "i32", "N": "i32", "K": "i32",
+             **strides("stride_xm", "stride_wn", "stride_sn", "stride_ym")},
+            {"GROUP_K": group_k, "BLOCK_M": block_m, "BLOCK_N": 64, "BLOCK_K": 64,
+             "DOT_DTYPE": tl.bfloat16, "DOT_PRECISION": "tf32", "IS_BF16": True},
+        )
+    # The number of decode splits changes as contexts grow: were it compiled in, each new
+    # value would build both kernels again in the middle of serving.
+    for kernel in (decode_attention._decode_kernel, decode_attention._combine_splits_kernel):
+        assert not {p.name: p.is_constexpr for p in kernel.params}["num_splits"], kernel
     print("compiled")
     """
 )
