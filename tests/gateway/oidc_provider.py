@@ -17,7 +17,7 @@ from urllib.parse import urljoin
 import httpx
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "oidc" / "provider.js"
-GATEWAY_BASE = "http://testserver"
+GATEWAY_BASE = "http://testserver.local"  # TestClient warns about a host without a dot
 CLIENT_ID, CLIENT_SECRET = "enclave", "enclave-test-secret"
 OTHER_CLIENT_ID, OTHER_CLIENT_SECRET = "other-app", "other-test-secret"
 USERS = {

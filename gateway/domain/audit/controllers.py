@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from litestar import Controller, get
-from litestar.di import Provide
-from litestar.params import FromQuery
+from litestar.di import NamedDependency, Provide
+from litestar.params import FromPath, FromQuery
 from litestar.response import Stream
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -45,8 +45,8 @@ class AuditController(Controller):
     @get("/")
     async def search(
         self,
-        db: AsyncSession,
-        filters: query.AuditFilter,
+        db: NamedDependency[AsyncSession],
+        filters: NamedDependency[query.AuditFilter],
         after: Query = None,
         limit: Query = None,
     ) -> Page[RecordRead]:
@@ -58,7 +58,9 @@ class AuditController(Controller):
         return Page([to_read(r) for r in rows], str(rows[-1].seq) if more else None)
 
     @get("/export.csv")
-    async def export_csv(self, gateway: GatewayState, filters: query.AuditFilter) -> Stream:
+    async def export_csv(
+        self, gateway: NamedDependency[GatewayState], filters: NamedDependency[query.AuditFilter]
+    ) -> Stream:
         return Stream(
             csv_rows(gateway.db, filters),
             media_type="text/csv; charset=utf-8",
@@ -66,7 +68,9 @@ class AuditController(Controller):
         )
 
     @get("/{seq:int}")
-    async def get_record(self, db: AsyncSession, seq: int) -> RecordDetail:
+    async def get_record(
+        self, db: NamedDependency[AsyncSession], seq: FromPath[int]
+    ) -> RecordDetail:
         """One record with its bodies (when the department keeps them) and its prev_hash."""
         record = await db.get(RequestRecord, seq)
         if record is None:

@@ -7,7 +7,8 @@ from typing import Annotated
 import msgspec
 from litestar import Controller, Request, Response, get, post
 from litestar.datastructures import Cookie
-from litestar.params import Parameter
+from litestar.di import NamedDependency
+from litestar.params import FromQuery, JSONBody, QueryParameter
 from litestar.response import Redirect
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -49,7 +50,10 @@ def session_cookie(state: GatewayState, value: str, max_age: int | None) -> Cook
 class IdentityController(Controller):
     @post("/auth/local/login", status_code=200)
     async def local_login(
-        self, data: LocalLogin, db: AsyncSession, gateway: GatewayState
+        self,
+        data: JSONBody[LocalLogin],
+        db: NamedDependency[AsyncSession],
+        gateway: NamedDependency[GatewayState],
     ) -> Response[SignedIn]:
         user = await UserService(db).check_local_login(gateway.hasher, data.email, data.password)
         session_id, session = await gateway.sessions.create(user.id)
@@ -59,7 +63,9 @@ class IdentityController(Controller):
         )
 
     @post("/auth/logout", guards=[require_user], status_code=200)
-    async def logout(self, principal: Principal, gateway: GatewayState) -> Response[SignedOut]:
+    async def logout(
+        self, principal: NamedDependency[Principal], gateway: NamedDependency[GatewayState]
+    ) -> Response[SignedOut]:
         await gateway.sessions.delete(principal.session_id)
         return Response(
             SignedOut(redirect=await me.after_logout_url(gateway, principal)),
@@ -67,7 +73,7 @@ class IdentityController(Controller):
         )
 
     @get("/api/me", guards=[require_user_or_key])
-    async def whoami(self, principal: Principal) -> MeRead:
+    async def whoami(self, principal: NamedDependency[Principal]) -> MeRead:
         return me.describe(principal)
 
 
@@ -75,17 +81,18 @@ class OidcController(Controller):
     """`/auth/login` sends the browser to the IdP; `/auth/callback` brings it back signed in."""
 
     @get("/auth/login")
-    async def login(self, gateway: GatewayState) -> Redirect:
+    async def login(self, gateway: NamedDependency[GatewayState]) -> Redirect:
         return await sso.begin(gateway)
 
     @get("/auth/callback")
     async def callback(
         self,
         request: Request,
-        db: AsyncSession,
-        gateway: GatewayState,
-        code: str,
-        login_state: Annotated[str, Parameter(query="state")],  # `state` is reserved by Litestar
+        db: NamedDependency[AsyncSession],
+        gateway: NamedDependency[GatewayState],
+        code: FromQuery[str],
+        # The query's `state`, renamed: `state` is a reserved kwarg in Litestar.
+        login_state: Annotated[str, QueryParameter(name="state")],
     ) -> Redirect:
         cookie = request.cookies.get(LOGIN_COOKIE, "")
         return await sso.complete(gateway, db, cookie, login_state, code)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import uuid
 
 from litestar import Controller, get, patch, post
+from litestar.di import NamedDependency
+from litestar.params import FromPath, FromQuery, JSONBody
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.domain.identity.guards import require_admin
@@ -26,41 +28,52 @@ class KeyController(Controller):
     @get("/")
     async def list_keys(
         self,
-        db: AsyncSession,
-        gateway: GatewayState,
-        after: str | None = None,
-        limit: int = 50,
-        department_id: uuid.UUID | None = None,
+        db: NamedDependency[AsyncSession],
+        gateway: NamedDependency[GatewayState],
+        after: FromQuery[str | None] = None,
+        limit: FromQuery[int] = 50,
+        department_id: FromQuery[uuid.UUID | None] = None,
     ) -> Page[KeyRead]:
         return await KeyService(db, gateway.secret_key).list_page(after, limit, department_id)
 
     @post("/")
     async def create_key(
-        self, db: AsyncSession, gateway: GatewayState, principal: Principal, data: KeyCreate
+        self,
+        db: NamedDependency[AsyncSession],
+        gateway: NamedDependency[GatewayState],
+        principal: NamedDependency[Principal],
+        data: JSONBody[KeyCreate],
     ) -> KeyCreated:
         key, row = await KeyService(db, gateway.secret_key).create(data, _actor(principal))
         return KeyCreated(key, to_read(row))
 
     @patch("/{key_id:uuid}")
     async def update_key(
-        self, db: AsyncSession, gateway: GatewayState, key_id: uuid.UUID, data: KeyUpdate
+        self,
+        db: NamedDependency[AsyncSession],
+        gateway: NamedDependency[GatewayState],
+        key_id: FromPath[uuid.UUID],
+        data: JSONBody[KeyUpdate],
     ) -> KeyRead:
         return to_read(await KeyService(db, gateway.secret_key).update(key_id, data))
 
     @post("/{key_id:uuid}/revoke", status_code=200)
     async def revoke_key(
-        self, db: AsyncSession, gateway: GatewayState, key_id: uuid.UUID
+        self,
+        db: NamedDependency[AsyncSession],
+        gateway: NamedDependency[GatewayState],
+        key_id: FromPath[uuid.UUID],
     ) -> KeyRead:
         return to_read(await KeyService(db, gateway.secret_key).revoke(key_id))
 
     @post("/{key_id:uuid}/rotate", status_code=201)
     async def rotate_key(
         self,
-        db: AsyncSession,
-        gateway: GatewayState,
-        principal: Principal,
-        key_id: uuid.UUID,
-        data: KeyRotate,
+        db: NamedDependency[AsyncSession],
+        gateway: NamedDependency[GatewayState],
+        principal: NamedDependency[Principal],
+        key_id: FromPath[uuid.UUID],
+        data: JSONBody[KeyRotate],
     ) -> KeyCreated:
         service = KeyService(db, gateway.secret_key)
         key, row = await service.rotate(key_id, data.grace_seconds, _actor(principal))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import uuid
 
 from litestar import Controller, get, patch
+from litestar.di import NamedDependency
+from litestar.params import FromPath, FromQuery, JSONBody
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.domain.identity.guards import require_admin
@@ -19,10 +21,18 @@ class UserController(Controller):
 
     @get("/")
     async def list_users(
-        self, db: AsyncSession, after: str | None = None, limit: int = 50
+        self,
+        db: NamedDependency[AsyncSession],
+        after: FromQuery[str | None] = None,
+        limit: FromQuery[int] = 50,
     ) -> Page[UserRead]:
         return await UserService(db).list_page(after, limit)
 
     @patch("/{user_id:uuid}")
-    async def update_user(self, db: AsyncSession, user_id: uuid.UUID, data: UserUpdate) -> UserRead:
+    async def update_user(
+        self,
+        db: NamedDependency[AsyncSession],
+        user_id: FromPath[uuid.UUID],
+        data: JSONBody[UserUpdate],
+    ) -> UserRead:
         return to_read(await UserService(db).update(user_id, data))

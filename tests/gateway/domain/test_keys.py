@@ -8,6 +8,7 @@ from pathlib import Path
 
 from litestar import Request, get
 from litestar.exceptions import PermissionDeniedException
+from litestar.params import FromPath
 from litestar.testing import TestClient
 
 from gateway import admin_tasks
@@ -19,7 +20,7 @@ from tests.gateway.helpers import ADMIN_EMAIL, embedded_gateway, sign_in
 
 
 @get("/test/model/{model:str}", guards=[require_api_key], sync_to_thread=False)
-def use_model(request: Request, model: str) -> dict[str, str]:
+def use_model(request: Request, model: FromPath[str]) -> dict[str, str]:
     """Stands in for the OpenAI proxy: the guard plus the allow-list check it will make."""
     principal = principal_of(request)
     assert principal.api_key is not None
