@@ -6,8 +6,8 @@ The convention every attention backend (the torch path here, the Triton kernels)
   float8_e4m3fn when ``kv_cache_dtype="fp8"``;
 - an FP8 pool has one float32 scalar scale per layer and per pool, ``k_scale`` and
   ``v_scale`` (1.0 unless a checkpoint supplies them);
-- store: ``(x / scale).clamp(-448, 448).to(float8_e4m3fn)`` (e4m3fn has no infinity: an
-  unclamped overflow would become NaN); read: ``stored.to(dtype) * scale``.
+- store: ``(x.float() / scale).clamp(-448, 448).to(float8_e4m3fn)`` (one rounding; e4m3fn
+  has no infinity: an unclamped overflow would become NaN); read: ``stored.to(dtype) * scale``.
 
 The scales travel with the pools in :class:`KVCache`, so a backend reads them from the
 cache it is handed and the attention interface stays as it was.
@@ -67,6 +67,6 @@ def to_cache_dtype(x: torch.Tensor, pool_dtype: torch.dtype, scale: float) -> to
     """New keys or values, (T, Hkv, D) in the model dtype, encoded for a pool of `pool_dtype`."""
     if pool_dtype != FP8_KV_DTYPE:
         return x.to(pool_dtype)
-    if scale != 1.0:
-        x = x / scale
+    if scale != 1.0:  # in float32: a bf16 quotient would round twice on its way to e4m3
+        x = x.float() / scale
     return x.clamp(-FP8_MAX, FP8_MAX).to(FP8_KV_DTYPE)

@@ -2,8 +2,8 @@
 
 One program stores one token's K and V rows, all KV heads, at its flat slot
 (block_id * block_size + offset). A negative slot is skipped: CUDA graphs pad a batch with
-such rows. FP8 (e4m3fn) pools store ``clamp(x / scale, -448, 448)`` with one scalar scale
-per layer and pool; reading multiplies by it again.
+such rows. FP8 (e4m3fn) pools store ``clamp(x / scale, -448, 448)``, divided in float32,
+with one scalar scale per layer and pool; reading multiplies by it again.
 """
 
 from __future__ import annotations
@@ -25,8 +25,11 @@ def _round_to_e4m3(x):
     exponent = (x.to(tl.int32, bitcast=True) >> 23) & 0xFF
     exponent = tl.maximum(exponent, 127 - 6)  # below 2**-6 the spacing stays 2**-9
     step = ((exponent - 3) << 23).to(tl.float32, bitcast=True)  # 3 mantissa bits
+    # 1 / step, a power of two too: multiplying by it is exact, where a GPU's float32
+    # division is an approximation.
+    inverse = ((257 - exponent) << 23).to(tl.float32, bitcast=True)
     magic = 12582912.0  # 1.5 * 2**23: adding and removing it rounds to an integer, RNE
-    return ((x / step + magic) - magic) * step
+    return ((x * inverse + magic) - magic) * step
 
 
 @triton.jit
@@ -63,8 +66,9 @@ def _reshape_and_cache_kernel(
     if IS_FP8:
         k_scale = tl.load(k_scale_ptr)
         v_scale = tl.load(v_scale_ptr)
-        k = _round_to_e4m3(tl.clamp(k.to(tl.float32) / k_scale, -448.0, 448.0))
-        v = _round_to_e4m3(tl.clamp(v.to(tl.float32) / v_scale, -448.0, 448.0))
+        # div_rn: IEEE division, as torch's; a GPU's plain float32 `/` is approximate.
+        k = _round_to_e4m3(tl.clamp(tl.math.div_rn(k.to(tl.float32), k_scale), -448.0, 448.0))
+        v = _round_to_e4m3(tl.clamp(tl.math.div_rn(v.to(tl.float32), v_scale), -448.0, 448.0))
     tl.store(key_cache_ptr + dst, k.to(key_cache_ptr.dtype.element_ty), mask=mask)
     tl.store(value_cache_ptr + dst, v.to(value_cache_ptr.dtype.element_ty), mask=mask)
 
