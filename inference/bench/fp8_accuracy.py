@@ -1,4 +1,4 @@
-"""`python -m inference bench fp8-accuracy`: how far FP8 weights move a model's predictions.
+"""`python -m inference bench fp8-accuracy`: how far FP8 weights and KV move predictions.
 
 Over each text (by default the three passages in `passages.py`, written for this project),
 one prefill gives every position's next-token logits, and each variant is compared with
@@ -8,8 +8,11 @@ reference's own margin between its first and second choice there, in nats).
 The reference is the model with every weight rounded to bf16, run in float32, so that
 the FP8 rows measure the weight format alone (what `tests/inference/quant` asserts). For
 scale, two rows show what bf16 itself moves: the unrounded weights, and bf16 arithmetic.
-The last row compares the two as served: FP8 weights against bf16 weights, both with
-bf16 activations. An FP8 checkpoint cannot be the input: there is no bf16 to compare.
+"fp8 served vs bf16 served" compares the two as served: FP8 weights against bf16
+weights, both with bf16 activations. "fp8 kv" keeps the reference's weights and
+arithmetic but reads keys and values back from e4m3 pools (scale 1.0, as served unless a
+checkpoint brings scales); "fp8 weights and kv" has both. An FP8 checkpoint cannot be the
+input: there is no bf16 to compare.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import torch
 
 from inference.bench.passages import PASSAGES
 from inference.kernels.attention import AttentionMetadata
-from inference.kernels.kv_cache import KVCache
+from inference.kernels.kv_cache import FP8_KV_DTYPE, KVCache
 from inference.model.arch import ArchConfig
 from inference.model.llama import LlamaForCausalLM
 from inference.model.quant import quantize_model_fp8
@@ -90,9 +93,16 @@ def build(
 
 
 @torch.inference_mode()
-def prefill_logits(model: LlamaForCausalLM, tokens: list[int]) -> torch.Tensor:
-    """One prefill of all tokens through the paged path; float32 logits (T, vocab)."""
-    config, dtype, n = model.config, model.dtype, len(tokens)
+def prefill_logits(
+    model: LlamaForCausalLM, tokens: list[int], kv_dtype: torch.dtype | None = None
+) -> torch.Tensor:
+    """One prefill of all tokens through the paged path; float32 logits (T, vocab).
+
+    Attention reads every key and value back from pools of ``kv_dtype`` (default: the
+    model's dtype), so an e4m3 pool's rounding reaches every position.
+    """
+    config, n = model.config, len(tokens)
+    dtype = kv_dtype or model.dtype
     blocks = -(-n // BLOCK)
     shape = (blocks, BLOCK, config.num_kv_heads, config.head_dim)
     caches = [
@@ -148,10 +158,11 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"text {name} has {len(ids)} tokens; --tokens asks for {args.tokens}")
         tokens[name] = ids[: args.tokens]
 
-    def score(model: LlamaForCausalLM) -> dict[str, torch.Tensor]:
-        return {name: prefill_logits(model, ids) for name, ids in tokens.items()}
+    def score(model: LlamaForCausalLM, kv: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+        return {name: prefill_logits(model, ids, kv) for name, ids in tokens.items()}
 
-    reference = score(build(config, weights, torch.float32))
+    reference_model = build(config, weights, torch.float32)
+    reference = score(reference_model)
     rows: dict[str, dict[str, dict[str, Any]]] = {}
 
     def add(row: str, logits: dict[str, torch.Tensor], against: dict[str, torch.Tensor]) -> None:
@@ -162,10 +173,13 @@ def run(args: argparse.Namespace) -> int:
     del unrounded
     bf16 = score(build(config, weights, torch.bfloat16))
     add("bf16 arithmetic", bf16, reference)
-    for row, vocab in (("fp8", True), ("fp8 decoder only", False)):
+    for row, vocab in (("fp8 decoder only", False), ("fp8", True)):
         model = build(config, weights, torch.float32)
         quantize_model_fp8(model, vocab=vocab)
         add(row, score(model), reference)
+    add("fp8 kv", score(reference_model, FP8_KV_DTYPE), reference)
+    add("fp8 weights and kv", score(model, FP8_KV_DTYPE), reference)
+    del model, reference_model
     served = build(config, weights, torch.bfloat16)
     quantize_model_fp8(served)
     add("fp8 served vs bf16 served", score(served), bf16)

@@ -16,8 +16,10 @@ from tests.inference.checkpoints import CORPUS, make_checkpoint
 ROWS = [
     "float32 weights",
     "bf16 arithmetic",
-    "fp8",
     "fp8 decoder only",
+    "fp8",
+    "fp8 kv",
+    "fp8 weights and kv",
     "fp8 served vs bf16 served",
 ]
 
@@ -46,7 +48,9 @@ def test_reports_every_row_per_text(
         assert metrics["kl_mean"] >= 0
         assert metrics["flips"] == round((1 - metrics["top1_agreement"]) * 48)
     # e4m3 keeps 3 mantissa bits, bf16 rounding 8: the FP8 rows move the logits more.
-    assert rows["fp8"]["corpus.txt"]["kl_mean"] > rows["float32 weights"]["corpus.txt"]["kl_mean"]
+    kl = {row: rows[row]["corpus.txt"]["kl_mean"] for row in ROWS}
+    assert kl["fp8"] > kl["float32 weights"] and kl["fp8 kv"] > kl["float32 weights"]
+    assert kl["fp8 weights and kv"] != kl["fp8"]  # the pools' rounding reaches the logits
 
 
 def test_compare_counts_flips_and_confident_positions() -> None:

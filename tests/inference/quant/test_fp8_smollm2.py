@@ -18,6 +18,7 @@ from torch import nn
 
 from inference.bench.fp8_accuracy import build, compare, prefill_logits
 from inference.bench.passages import PASSAGE
+from inference.kernels.kv_cache import FP8_KV_DTYPE
 from inference.model.arch import ArchConfig
 from inference.model.loader.gguf import read_gguf
 from inference.model.quant import Fp8Embedding, Fp8Linear, quantize_model_fp8
@@ -86,4 +87,26 @@ def test_fp8_agrees_with_bf16_weights(
     # positions here), FP8 agrees at every one.
     assert agreement >= (0.92 if vocab else 0.93)
     assert kl < (0.022 if vocab else 0.016)
+    assert metrics["top1_agreement_confident"] >= 0.99
+
+
+def test_fp8_kv_agrees_with_bf16_kv(
+    demo: tuple[ArchConfig, dict[str, torch.Tensor], list[int]],
+) -> None:
+    config, tensors, tokens = demo
+    model = build(config, tensors, torch.float32)
+    reference = prefill_logits(model, tokens)
+    metrics = compare(reference, prefill_logits(model, tokens, FP8_KV_DTYPE))
+    print(
+        f"\nSmolLM2 FP8 KV (e4m3 pools, scale 1.0) vs model-dtype pools over {len(tokens)} "
+        f"tokens: top-1 agreement {metrics['top1_agreement']:.4f}, KL mean "
+        f"{metrics['kl_mean']:.5f}, {metrics['top1_agreement_confident']:.4f} where the "
+        f"reference leads by 0.5 nats or more"
+    )
+    # Measured on the three passages: 0.947-0.951 and KL 0.005-0.007 (bf16 arithmetic
+    # alone: 0.961-0.967); every confident position agrees. The issue's "16 identical
+    # greedy tokens" is asked of the tiny random models (test_fp8_kv_cache.py); here the
+    # same rounding is measured on real weights, where it flips only near-ties.
+    assert metrics["top1_agreement"] >= 0.93
+    assert metrics["kl_mean"] < 0.01
     assert metrics["top1_agreement_confident"] >= 0.99
