@@ -9,8 +9,9 @@ once per padded batch size replays them all in one call.
   (slot -1) and attend to nothing (length 0).
 - Each size is captured lazily, the first time a step needs it, so start-up stays fast.
 - A graph reads fixed addresses, so the inputs live in static buffers that each step
-  overwrites; the attention backend is bound to a plan over those buffers, and the decode
-  kernel's splits are planned for the longest context a sequence may reach.
+  overwrites; the attention backend is bound to a plan over those buffers. The decode
+  kernel's number of splits is planned for the longest context a sequence may reach; each
+  sequence spreads its own context over them, so short ones still fill the GPU.
 - Only pure decode steps replay; anything else (prefill chunks, a batch larger than the
   largest size) runs eagerly. A capture that fails turns graphs off with a warning.
 """
@@ -151,7 +152,7 @@ class DecodeBuffers:
             block_size=block_size,
             decode_seqs=list(range(size)),
         )
-        # The decode kernel's splits are planned for the longest context there may be.
+        # The number of decode splits is planned for the longest context there may be.
         self.plan = StepPlan(
             seq_lens=seq_lens,
             query_start_loc=arange,

@@ -9,7 +9,9 @@ tiles of BLOCK_N tokens.
 Long contexts at a small batch leave most of the GPU idle if one program walks the whole
 context, so the context is cut into splits (flash-decoding): each split writes its
 unnormalised output with its running max and sum, and a second kernel combines them. With
-one split the first kernel writes the output itself. The number of splits is a runtime
+one split the first kernel writes the output itself. How many splits is planned for the
+step's longest context; each sequence then cuts its own context into that many, in whole
+tiles, so a short one still spreads over several programs. The number of splits is a runtime
 argument, not a compile-time one: it changes with the batch and the longest context, and
 each new value of a constexpr compiles the kernel again (on a GPU, a stall of a second or
 so in the middle of serving); only whether there are splits, and the combining kernel's
@@ -44,7 +46,6 @@ def _decode_kernel(
     k_scale_ptr,
     v_scale_ptr,
     softmax_scale,
-    split_len,
     num_splits,
     block_size,
     stride_qt,
@@ -71,6 +72,10 @@ def _decode_kernel(
     seq = tl.load(seq_idx_ptr + i).to(tl.int64)
     row = tl.load(rows_ptr + i).to(tl.int64)
     seq_len = tl.load(seq_lens_ptr + seq)
+    # Each sequence spreads its own context over the splits, whole tiles each (see
+    # `split_length`): a short context next to a long one, or under a CUDA graph planned
+    # for the longest context there may be, still uses every split it can.
+    split_len = tl.cdiv(tl.cdiv(seq_len, BLOCK_N), num_splits) * BLOCK_N
     start = split * split_len
     end = tl.minimum(start + split_len, seq_len)
 
@@ -195,16 +200,20 @@ def dot_operands(query: torch.Tensor) -> tuple[tl.dtype, str]:
 
 def plan_splits(
     num_decodes: int, num_kv_heads: int, max_seq_len: int, block_n: int, target_programs: int
-) -> tuple[int, int]:
-    """(num_splits, split_len): enough programs to fill the GPU, each split whole tiles.
+) -> int:
+    """How many splits: enough programs to fill the GPU, no more than the longest has tiles.
 
     ``target_programs`` is how many programs keep the device busy (a few per SM).
     """
-    max_seq_len = max(max_seq_len, 1)
-    tiles = triton.cdiv(max_seq_len, block_n)
+    tiles = triton.cdiv(max(max_seq_len, 1), block_n)
     want = max(1, min(tiles, target_programs // max(num_decodes * num_kv_heads, 1)))
-    split_len = triton.cdiv(tiles, want) * block_n
-    return triton.cdiv(max_seq_len, split_len), split_len
+    # No split left empty for the longest context: its splits are `split_length` long.
+    return triton.cdiv(tiles, triton.cdiv(tiles, want))
+
+
+def split_length(seq_len: int, num_splits: int, block_n: int) -> int:
+    """Tokens per split of one sequence's context, as the kernel computes it."""
+    return triton.cdiv(triton.cdiv(seq_len, block_n), num_splits) * block_n
 
 
 def paged_decode_attention(
@@ -228,8 +237,9 @@ def paged_decode_attention(
 
     Decode ``i`` is sequence ``seq_idx[i]`` of the batch (its row of ``block_tables`` and
     ``seq_lens``, whose context it attends in full) and token row ``rows[i]`` of query/out.
-    ``max_seq_len`` bounds every decode's context (it sizes the splits; a CUDA graph passes
-    the largest it may ever see). A sequence of length 0 gets zeros.
+    ``max_seq_len`` bounds every decode's context: it decides how many splits there are (a
+    CUDA graph passes the largest it may ever see), and each decode spreads its own context
+    over them. A sequence of length 0 gets zeros.
     """
     num_decodes = seq_idx.shape[0]
     if num_decodes == 0:
@@ -246,9 +256,7 @@ def paged_decode_attention(
     group = num_heads // num_kv_heads
     block_d = triton.next_power_of_2(head_dim)
     dot_dtype, dot_precision = dot_operands(query)
-    num_splits, split_len = plan_splits(
-        num_decodes, num_kv_heads, max_seq_len, block_n, target_programs
-    )
+    num_splits = plan_splits(num_decodes, num_kv_heads, max_seq_len, block_n, target_programs)
     if num_splits > 1:
         part_max = torch.empty(
             num_decodes, num_heads, num_splits, dtype=torch.float32, device=query.device
@@ -276,7 +284,6 @@ def paged_decode_attention(
         k_scale_arg,
         v_scale_arg,
         softmax_scale,
-        split_len,
         num_splits,
         block_size,
         query.stride(0),

@@ -51,7 +51,7 @@ SCRIPT = textwrap.dedent(
         build(
             decode_attention._decode_kernel,
             {**attention, "rows_ptr": "*i32", "part_acc_ptr": "*fp32", "part_max_ptr": "*fp32",
-             "part_sum_ptr": "*fp32", "split_len": "i32", "num_splits": "i32"},
+             "part_sum_ptr": "*fp32", "num_splits": "i32"},
             {"GROUP": 4, "BLOCK_G": 16, "HEAD_DIM": 128, "BLOCK_D": 128, "BLOCK_N": 64,
              "SPLIT": split, **dots},
         )

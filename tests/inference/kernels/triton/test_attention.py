@@ -8,7 +8,7 @@ import torch
 from inference.kernels.attention import TorchAttentionBackend
 from inference.kernels.kv_cache import FP8_KV_DTYPE
 from inference.kernels.triton.backend import TritonAttentionBackend
-from inference.kernels.triton.decode_attention import plan_splits
+from inference.kernels.triton.decode_attention import plan_splits, split_length
 
 from ..paged_case import assert_close_bf16, make_case
 
@@ -60,7 +60,9 @@ def test_split_decode_over_many_tiles(pool: torch.dtype) -> None:
         seed=5,
     )
     backend = TritonAttentionBackend(target_programs=12, decode_block_n=16)
-    assert plan_splits(4, 1, 120, 16, 12) == (3, 48)  # the case really is split
+    assert plan_splits(4, 1, 120, 16, 12) == 3  # the case really is split
+    # ... each context in its own way: 0, 2, 2 and 3 splits used.
+    assert [split_length(c, 3, 16) for c, _ in contexts] == [0, 32, 32, 48]
     scale = 16**-0.5
     expected = TorchAttentionBackend().forward(case.query, case.cache, case.meta, scale)
     actual = backend.forward(case.query, case.cache, case.meta, scale)
@@ -116,9 +118,22 @@ def test_random_shapes(seed: int) -> None:
 
 
 def test_plan_splits_fills_the_device_and_covers_the_context() -> None:
-    assert plan_splits(1, 8, 4096, 64, 528) == (64, 64)  # batch 1: one split per tile
-    assert plan_splits(128, 8, 4096, 64, 528) == (1, 4096)  # a full batch needs none
-    for num_decodes, max_len in [(1, 1), (3, 100), (7, 1000), (2, 64)]:
-        splits, split_len = plan_splits(num_decodes, 2, max_len, 16, 64)
-        assert split_len % 16 == 0
-        assert (splits - 1) * split_len < max_len <= splits * split_len
+    assert plan_splits(1, 8, 4096, 64, 528) == 64  # batch 1: one split per tile
+    assert plan_splits(128, 8, 4096, 64, 528) == 1  # a full batch needs none
+    assert plan_splits(1, 8, 131072, 64, 528) == 64  # a long bound: about as many as fill it
+    for num_decodes, max_len in [(1, 1), (3, 100), (7, 1000), (2, 64), (1, 131072)]:
+        splits = plan_splits(num_decodes, 2, max_len, 16, 64)
+        for seq_len in {1, 15, 16, 17, max_len // 3 + 1, max(max_len - 1, 1), max_len}:
+            length = split_length(seq_len, splits, 16)
+            assert length % 16 == 0 and splits * length >= seq_len  # whole tiles, all of it
+            used, tiles = -(-seq_len // length), -(-seq_len // 16)
+            assert 2 * used > min(splits, tiles)  # spread over at least half it could use
+        # The longest context leaves no split empty.
+        assert (splits - 1) * split_length(max_len, splits, 16) < max_len
+
+
+def test_a_short_context_spreads_over_a_plan_made_for_a_long_one() -> None:
+    """A CUDA graph plans for max_model_len; a 500-token context still gets 8 programs."""
+    splits = plan_splits(1, 8, 131072, 64, 528)
+    assert split_length(500, splits, 64) == 64
+    assert -(-500 // split_length(500, splits, 64)) == 8

@@ -81,8 +81,9 @@ def test_a_padded_step_writes_and_attends_as_the_unpadded_one() -> None:
     shape = (NUM_BLOCKS, BLOCK_SIZE, NUM_KV_HEADS, HEAD_DIM)
     pools = [torch.randn(shape) for _ in range(2)]
     caches = (KVCache(*(p.clone() for p in pools)), KVCache(*(p.clone() for p in pools)))
-    # The decode kernel really splits: 4 tiles of the 64-token bound over 4 programs each.
-    assert plan_splits(4, NUM_KV_HEADS, MAX_BLOCKS * BLOCK_SIZE, 16, 64) == (4, 16)
+    # The decode kernel really splits: 4 splits for the 64-token bound, and each context
+    # of the step below (17, 4, 40 tokens) spread over 2, 1 and 3 of them.
+    assert plan_splits(4, NUM_KV_HEADS, MAX_BLOCKS * BLOCK_SIZE, 16, 64) == 4
     buffers = DecodeBuffers(4, MAX_BLOCKS, BLOCK_SIZE, torch.device("cpu"))
     tables = [[5, 2], [7], [9, 1, 12]]
     step = decode_step([17, 4, 40], tables, seed=1)
