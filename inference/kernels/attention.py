@@ -37,13 +37,15 @@ class AttentionMetadata:
     decode_lens: torch.Tensor | None = None  # (Bd,) int64 their context lengths
     # Leading blocks that every decode's table shares (a cached system prompt, say), short
     # of each decode's last token; 0 with fewer than two decodes. Cascade kernels read them
-    # once for the whole batch.
+    # once for the whole batch. Found only for tables on the CPU, where the cascade
+    # kernels are (elsewhere, 0: finding them would wait on the device).
     decode_shared_blocks: int = 0
     decode_blocks: torch.Tensor | None = None  # (Bd, Nmax) block ids of their contexts
     decode_mask: torch.Tensor | None = None  # (Bd, 1, 1, Nmax * block_size) bool: real slots
     prefill_seqs: list[int] = field(default_factory=list)
     # Leading blocks that every prefill chunk's table shares, all of them cached before the
-    # chunks (a system prompt hit in the prefix cache); 0 with fewer than two chunks.
+    # chunks (a system prompt hit in the prefix cache); 0 with fewer than two chunks (and,
+    # as above, off the CPU).
     prefill_shared_blocks: int = 0
 
     @classmethod
@@ -74,26 +76,26 @@ class AttentionMetadata:
         meta = cls(slot_mapping, list(query_start_loc), list(seq_lens), block_tables, block_size)
         meta.decode_seqs = [i for i in range(num_seqs) if query_lens[i] == 1]
         meta.prefill_seqs = [i for i in range(num_seqs) if query_lens[i] > 1]
+        on_cpu = block_tables.device.type == "cpu"
         if meta.decode_seqs:
             device = block_tables.device
             index = torch.tensor(meta.decode_seqs, dtype=torch.int64, device=device)
-            lens = torch.tensor(
-                [seq_lens[i] for i in meta.decode_seqs], dtype=torch.int64, device=device
-            )
+            host_lens = [seq_lens[i] for i in meta.decode_seqs]
+            lens = torch.tensor(host_lens, dtype=torch.int64, device=device)
             meta.decode_lens = lens
             # Whole blocks are gathered (contiguous copies, far cheaper than per-slot
             # indexing); the mask hides the slots past each context's end.
-            num_blocks = -(-int(lens.max()) // block_size)
+            num_blocks = -(-max(host_lens) // block_size)
             meta.decode_blocks = block_tables.index_select(0, index)[:, :num_blocks]
             positions = torch.arange(num_blocks * block_size, device=device)
             meta.decode_mask = (positions[None, :] < lens[:, None])[:, None, None, :]
             meta.decode_rows = torch.tensor(
                 [query_start_loc[i] for i in meta.decode_seqs], dtype=torch.int64, device=device
             )
-            if len(meta.decode_seqs) > 1:
-                limit = (int(lens.min()) - 1) // block_size
+            if len(meta.decode_seqs) > 1 and on_cpu:
+                limit = (min(host_lens) - 1) // block_size
                 meta.decode_shared_blocks = _leading_shared(meta.decode_blocks, limit)
-        if len(meta.prefill_seqs) > 1:
+        if len(meta.prefill_seqs) > 1 and on_cpu:
             cached = min(seq_lens[i] - query_lens[i] for i in meta.prefill_seqs) // block_size
             if cached > 0:
                 index = torch.tensor(meta.prefill_seqs, device=block_tables.device)

@@ -60,6 +60,9 @@ def init_groups(
         rank=rank,
         world_size=world,
         timeout=INIT_TIMEOUT,
+        # Binds NCCL to this rank's GPU up front, rather than guessing it at the first
+        # collective (and warning that it guessed).
+        device_id=device if device.type == "cuda" else None,
     )
     world_group = dist.group.WORLD
     assert world_group is not None
