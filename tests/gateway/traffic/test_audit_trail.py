@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import subprocess
 import sys
@@ -69,8 +70,21 @@ async def _traffic(gateway: RunningGateway, key: str) -> dict[str, dict[str, Any
                 await stream.close()
                 seen[rid] = {"cancelled": True}
 
-    await asyncio.gather(*(one(i) for i in range(REQUESTS)))
-    await client.close()
+    # Every openai stream leaves suspended async generators of httpx behind (openai breaks
+    # out of them at [DONE] or on close without closing them). With the gateway and the
+    # worker serving from threads of this process, a garbage collection triggered in
+    # their threads mid-traffic finalized some half-way ("async generator already
+    # executing", an unraisable warning in about half the runs). Collect once, here, with
+    # this loop still running so that their finalizers close them on it.
+    gc.disable()
+    try:
+        await asyncio.gather(*(one(i) for i in range(REQUESTS)))
+        await client.close()
+        gc.collect()
+        for _ in range(3):
+            await asyncio.sleep(0)
+    finally:
+        gc.enable()
     return seen
 
 
