@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from inference.bench.machine import cpu_model
 from inference.bench.passages import PASSAGES
 from inference.kernels.attention import AttentionMetadata
 from inference.kernels.kv_cache import FP8_KV_DTYPE, KVCache
@@ -194,6 +195,7 @@ def run(args: argparse.Namespace) -> int:
             row: {**per_text, "mean_top1_agreement": _mean(per_text, "top1_agreement")}
             for row, per_text in rows.items()
         },
+        "cpu": cpu_model(),
         "torch_threads": torch.get_num_threads(),
         "elapsed_seconds": round(time.perf_counter() - started, 1),
     }

@@ -69,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from inference import LLM, SamplingParams
+    from inference.bench.machine import cpu_model
 
     started = time.perf_counter()
     llm = LLM(
@@ -115,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
         "input_len": args.input_len,
         "prefix_len": args.prefix_len,
         "output_len": args.output_len,
+        "cpu": cpu_model(),
         "torch_threads": torch.get_num_threads(),
         "attention_backend": type(llm.engine.runner.attention_backend).__name__,
         "load_seconds": round(load_s, 2),

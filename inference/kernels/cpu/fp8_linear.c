@@ -5,12 +5,18 @@
  * scale (N,) float32 per row (groups == 0) or (N, groups) per row and group of group_size
  * columns (a multiple of 16); out (M, N) bfloat16, contiguous.
  *
- * Work is split over tiles of NT weight rows. A tile is widened once into a small bfloat16
+ * Work is split over tiles of weight rows. A tile is widened once into a small bfloat16
  * buffer (exactly: e4m3 values fit bfloat16; grouped scales are applied in float32 first
- * and rounded once, as `dequantize_weight_fp8(...).to(bfloat16)` rounds), then every MT rows
- * of x are multiplied with it by AVX-512 BF16 dot products, float32 sums. Per-row scales
- * multiply the float32 sum. Built by build.py; `fp8_linear_available()` is 0 where the
- * processor or compiler lacks AVX-512 BF16, and the caller then uses torch.
+ * and rounded once, as `dequantize_weight_fp8(...).to(bfloat16)` rounds), then multiplied
+ * by AVX-512 BF16 dot products with float32 sums, one of two ways:
+ * - up to ROWS_MAX rows of x ("rows"): NT weight rows by MT rows of x at a time, each
+ *   output a 16-lane sum over K added up at the end;
+ * - more rows ("panels"): x is first packed so that one vector holds a pair of adjacent
+ *   columns of 16 rows, and each pair of one weight row's values is broadcast against it:
+ *   16 outputs per vector, no sums across lanes, and each widened weight serves every
+ *   row of x from registers.
+ * Per-row scales multiply the float32 sum. Built by build.py; `fp8_linear_available()` is
+ * 0 where the processor or compiler lacks AVX-512 BF16, and the caller then uses torch.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -26,7 +32,7 @@
 int fp8_linear_available(void) { return HAVE_BF16; }
 
 #if HAVE_BF16
-enum { NT = 4, MT = 4 };
+enum { NT = 4, MT = 4, ROWS_MAX = 4, PANEL_ROWS = 64, PANEL_NT = 24, PANEL_ACC = 12 };
 
 /* 16 e4m3 bytes (fewer under `mask`) as float32: sign | exponent + 120 | mantissa for
  * normal values, m * 2^-9 for subnormal ones (exponent 0). No NaN is expected. */
@@ -111,6 +117,77 @@ static inline __attribute__((always_inline)) void tile_product(
             out[(m0 + i) * N + n0 + j] = to_bf16(sum);
         }
 }
+
+/* x (M rows) packed per block of 16 rows: for each pair of columns, 16 dwords, lane i
+ * holding row m0 + i's two bf16 values; rows past M and columns past K are zero. */
+static void pack_x(const uint16_t *x, int64_t x_stride, int64_t M, int K, int k_padded,
+                   uint32_t *packed) {
+    const int pairs = k_padded / 2;
+    const int64_t blocks = (M + 15) / 16;
+    memset(packed, 0, sizeof(uint32_t) * 16 * (size_t)pairs * (size_t)blocks);
+    for (int64_t m = 0; m < M; ++m) {
+        const uint16_t *row = x + m * x_stride;
+        uint32_t *dst = packed + (m / 16) * 16 * (int64_t)pairs + m % 16;
+        for (int c = 0; c + 1 < K; c += 2)
+            dst[16 * (c / 2)] = (uint32_t)row[c] | (uint32_t)row[c + 1] << 16;
+        if (K % 2) dst[16 * (K / 2)] = row[K - 1];
+    }
+}
+
+/* out[m0 + i][n0 + j] for i < 16 * mb (< M), j < nt: weight rows w (nt_max of k_padded,
+ * the pairs broadcast) against mb packed 16-row blocks of x. */
+static inline __attribute__((always_inline)) void panel_product(
+                         const uint32_t *xp, int pairs, int64_t m0, int64_t M, const int mb,
+                         const uint16_t *w, int k_padded, int64_t n0, const int nt_max, int nt,
+                         const float *row_scale, uint16_t *out, int64_t N) {
+    __m512 acc[PANEL_ACC][4];
+    for (int j = 0; j < nt_max; ++j)
+        for (int b = 0; b < mb; ++b) acc[j][b] = _mm512_setzero_ps();
+    const uint32_t *x0 = xp + (m0 / 16) * 16 * (int64_t)pairs;
+    for (int p = 0; p < pairs; ++p) {
+        __m512bh xv[4];
+        for (int b = 0; b < mb; ++b)
+            xv[b] = (__m512bh)_mm512_loadu_si512(x0 + ((int64_t)b * pairs + p) * 16);
+        for (int j = 0; j < nt_max; ++j) {
+            uint32_t pair;
+            memcpy(&pair, w + (int64_t)j * k_padded + 2 * p, sizeof pair);
+            const __m512bh wv = (__m512bh)_mm512_set1_epi32((int)pair);
+            for (int b = 0; b < mb; ++b) acc[j][b] = _mm512_dpbf16_ps(acc[j][b], xv[b], wv);
+        }
+    }
+    float lanes[16];
+    for (int j = 0; j < nt; ++j)
+        for (int b = 0; b < mb; ++b) {
+            __m512 sums = acc[j][b];
+            if (row_scale) sums = _mm512_mul_ps(sums, _mm512_set1_ps(row_scale[n0 + j]));
+            _mm512_storeu_ps(lanes, sums);
+            for (int i = 0; i < 16 && m0 + 16 * b + i < M; ++i)
+                out[(m0 + 16 * b + i) * N + n0 + j] = to_bf16(lanes[i]);
+        }
+}
+
+/* Every row of x against weight rows n0 .. n0 + nt (widened in w, zeros up to PANEL_NT),
+ * PANEL_ROWS rows at a time, in as many weight rows at a time as leave registers for the
+ * accumulators: 16 * mb rows by nt_max weight rows, 24 vectors at most. */
+static void panel_rows(const uint32_t *xp, int pairs, int64_t M, const uint16_t *w,
+                       int k_padded, int64_t n0, int nt, const float *row_scale,
+                       uint16_t *out, int64_t N) {
+    for (int64_t m0 = 0; m0 < M; m0 += PANEL_ROWS) {
+        const int64_t left = (M - m0 + 15) / 16;
+        const int mb = left > 4 ? 4 : (int)left;
+        const int nt_max = mb == 4 ? 6 : mb == 3 ? 8 : 12;
+        for (int j0 = 0; j0 < nt; j0 += nt_max) {
+            const uint16_t *wj = w + (int64_t)j0 * k_padded;
+            const int n = nt - j0 < nt_max ? nt - j0 : nt_max;
+            switch (mb) { /* constants once inlined: the accumulators stay in registers */
+            case 4: panel_product(xp, pairs, m0, M, 4, wj, k_padded, n0 + j0, 6, n, row_scale, out, N); break;
+            case 3: panel_product(xp, pairs, m0, M, 3, wj, k_padded, n0 + j0, 8, n, row_scale, out, N); break;
+            case 2: panel_product(xp, pairs, m0, M, 2, wj, k_padded, n0 + j0, 12, n, row_scale, out, N); break;
+            default: panel_product(xp, pairs, m0, M, 1, wj, k_padded, n0 + j0, 12, n, row_scale, out, N); break;
+            }
+        }
+    }
+}
 #endif
 
 /* Returns 0, or -1 where unavailable (see above) or out of memory. */
@@ -119,7 +196,10 @@ int fp8_linear(const void *x, int64_t x_stride, int64_t M, const uint8_t *q,
                int num_threads) {
 #if HAVE_BF16
     const int k_padded = (K + 31) / 32 * 32;
-    const int64_t tiles = (N + NT - 1) / NT;
+    const int panels = M > ROWS_MAX;
+    const int tile_rows = panels ? PANEL_NT : NT;
+    const int64_t tiles = (N + tile_rows - 1) / tile_rows;
+    const int pairs = k_padded / 2;
     int failed = 0;
     uint16_t table[32] = {0};
     for (int m = 0; m < 8; ++m) { /* m * 2^-9 in bfloat16: exact, the top half of float32 */
@@ -129,9 +209,16 @@ int fp8_linear(const void *x, int64_t x_stride, int64_t M, const uint8_t *q,
         table[m] = (uint16_t)(bits >> 16);
     }
     const __m512i subnormal = _mm512_loadu_si512(table);
+    uint32_t *xp = NULL;
+    if (panels) {
+        xp = aligned_alloc(64, sizeof(uint32_t) * 16 * (size_t)pairs * (size_t)((M + 15) / 16));
+        if (!xp) return -1;
+        pack_x(x, x_stride, M, K, k_padded, xp);
+    }
+    const float *row_scale = groups ? NULL : scale;
 #pragma omp parallel num_threads(num_threads)
     {
-        uint16_t *w = aligned_alloc(64, sizeof(uint16_t) * NT * (size_t)k_padded);
+        uint16_t *w = aligned_alloc(64, sizeof(uint16_t) * (size_t)tile_rows * (size_t)k_padded);
         if (!w) {
 #pragma omp atomic write
             failed = 1;
@@ -139,15 +226,18 @@ int fp8_linear(const void *x, int64_t x_stride, int64_t M, const uint8_t *q,
 #pragma omp for schedule(static)
         for (int64_t t = 0; t < tiles; ++t) {
             if (!w) continue;
-            const int64_t n0 = t * NT;
-            const int nt = N - n0 < NT ? (int)(N - n0) : NT;
-            for (int j = 0; j < NT; ++j)
+            const int64_t n0 = t * tile_rows;
+            const int nt = N - n0 < tile_rows ? (int)(N - n0) : tile_rows;
+            for (int j = 0; j < tile_rows; ++j)
                 if (j < nt)
                     widen_row(q, scale, n0 + j, K, k_padded, groups, group_size, subnormal,
                               w + j * k_padded);
                 else
                     memset(w + j * k_padded, 0, sizeof(uint16_t) * (size_t)k_padded);
-            const float *row_scale = groups ? NULL : scale;
+            if (panels) {
+                panel_rows(xp, pairs, M, w, k_padded, n0, nt, row_scale, out, N);
+                continue;
+            }
             int64_t m0 = 0;
             for (; m0 + MT <= M; m0 += MT)
                 tile_product(x, x_stride, m0, MT, w, k_padded, K, n0, nt, row_scale, out, N);
@@ -160,6 +250,7 @@ int fp8_linear(const void *x, int64_t x_stride, int64_t M, const uint8_t *q,
         }
         free(w);
     }
+    free(xp);
     return failed ? -1 : 0;
 #else
     (void)x, (void)x_stride, (void)M, (void)q, (void)scale, (void)N, (void)K, (void)groups;

@@ -1,12 +1,13 @@
 """FP8 weight-only matmul on the CPU through fp8_linear.c: the weight widened in registers.
 
-For a few rows of activations (decode steps), an FP8 layer's time is reading and widening
-its weight: dequantizing it whole into a bf16 copy and then multiplying (the fallback)
-costs about seven times as much at one row as widening each tile where it is multiplied.
-With many rows, oneDNN's matmul over a dequantized copy wins, so the kernel takes only up
-to `PER_ROW_MAX_ROWS` rows (per-row scales), or `GROUPED_MAX_ROWS` for grouped scales,
-whose dequantizing costs more (measured in docs/engine.md). It needs AVX-512 BF16; without
-it, FP8 layers keep the fallback.
+For a decode step's rows of activations, an FP8 layer's time is reading and widening its
+weight: dequantizing it whole into a bf16 copy and then multiplying (the fallback) costs
+about six times as much at one row as widening each tile where it is multiplied, and
+still about twice as much at 32 rows. With hundreds of rows (prefill chunks) oneDNN's
+matmul over a dequantized copy wins, so the kernel takes only up to `PER_ROW_MAX_ROWS`
+rows (per-row scales), or `GROUPED_MAX_ROWS` for grouped scales, whose dequantizing costs
+more (measured in docs/engine.md). It needs AVX-512 BF16; without it, FP8 layers keep the
+fallback.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from inference.kernels.cpu.build import KernelBuildError, load_library
 
 log = logging.getLogger("inference.kernels")
 
-PER_ROW_MAX_ROWS = 16
-GROUPED_MAX_ROWS = 64
+PER_ROW_MAX_ROWS = 128
+GROUPED_MAX_ROWS = 256
 
 
 def load_fp8_linear(extra_flags: tuple[str, ...] = ()) -> Fp8LinearKernel | None:

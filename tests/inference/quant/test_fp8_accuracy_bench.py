@@ -40,6 +40,7 @@ def test_reports_every_row_per_text(
     result = json.loads(capsys.readouterr().out)
     assert result == json.loads(out.read_text())
     assert result["texts"] == ["corpus.txt"] and result["tokens_per_text"] == 48
+    assert isinstance(result["cpu"], str) and result["cpu"]  # what the numbers were taken on
     rows = result["rows"]
     assert list(rows) == ROWS
     for row in ROWS:

@@ -45,14 +45,21 @@ def expected(
 @pytest.mark.parametrize(
     ("rows", "out", "cols", "group"),
     [
+        # Up to 4 rows ("rows" in fp8_linear.c):
         (1, 7, 40, None),  # a ragged last chunk of 32 columns, a ragged last tile of 4 rows
         (3, 33, 576, None),
-        (5, 64, 96, None),  # one full tile of 4 activation rows and one of 1
-        (PER_ROW_MAX_ROWS, 50, 1536, None),
+        (4, 64, 96, None),  # one full tile of 4 activation rows
         (2, 9, 96, 16),
-        (9, 100, 576, 16),
-        (GROUPED_MAX_ROWS, 20, 64, 16),
         (4, 17, 70, 32),  # a ragged last group
+        # More ("panels"): blocks of 16 rows, 1 to 4 of them at a time, chunks of 64.
+        (5, 7, 40, None),  # one block, mostly padding; a ragged last weight tile
+        (17, 33, 577, None),  # an odd number of columns: the last pair half empty
+        (48, 25, 96, None),  # three blocks, 8 weight rows at a time
+        (64, 50, 1536, None),  # four blocks, 6 weight rows at a time
+        (PER_ROW_MAX_ROWS - 1, 49, 70, None),  # two chunks of 64, the second ragged
+        (9, 100, 576, 16),
+        (33, 30, 64, 32),
+        (GROUPED_MAX_ROWS, 20, 64, 16),
     ],
 )
 def test_matches_float64(
@@ -71,19 +78,21 @@ def test_matches_float64(
     torch.testing.assert_close(got.double(), want, rtol=2**-8, atol=1e-6 * want.abs().max().item())
 
 
-def test_every_e4m3_value_is_widened_exactly(kernel: Fp8LinearKernel) -> None:
+@pytest.mark.parametrize("rows", [1, 20])  # both ways through the kernel
+def test_every_e4m3_value_is_widened_exactly(kernel: Fp8LinearKernel, rows: int) -> None:
     """Each byte (NaN aside) at column 5 of its own row, x picking column 5: out is the value."""
     codes = torch.arange(256, dtype=torch.uint8)
     codes = codes[(codes & 0x7F) != 0x7F]
     q = torch.zeros(codes.numel(), 40, dtype=torch.uint8)
     q[:, 5] = codes
     q = q.view(FP8_DTYPE)
-    x = torch.zeros(1, 40, dtype=torch.bfloat16)
-    x[0, 5] = 1
+    x = torch.zeros(rows, 40, dtype=torch.bfloat16)
+    x[:, 5] = 1
     for group in (None, 16):
         scale = torch.ones(codes.numel()) if group is None else torch.ones(codes.numel(), 3)
         got = kernel(x, q, scale, group)
-        assert got is not None and torch.equal(got[0], q[:, 5].to(torch.bfloat16))
+        assert got is not None
+        assert torch.equal(got, q[:, 5].to(torch.bfloat16).expand(rows, -1))
 
 
 def test_declines_what_it_does_not_take(kernel: Fp8LinearKernel) -> None:
