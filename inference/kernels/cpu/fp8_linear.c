@@ -119,19 +119,25 @@ static inline __attribute__((always_inline)) void tile_product(
 }
 
 /* x (M rows) packed per block of 16 rows: for each pair of columns, 16 dwords, lane i
- * holding row m0 + i's two bf16 values; rows past M and columns past K are zero. */
+ * holding row m0 + i's two bf16 values; rows past M and columns past K are zero. Threads
+ * take whole pairs, so that no two write one cache line. */
 static void pack_x(const uint16_t *x, int64_t x_stride, int64_t M, int K, int k_padded,
-                   uint32_t *packed) {
+                   uint32_t *packed, int num_threads) {
     const int pairs = k_padded / 2;
     const int64_t blocks = (M + 15) / 16;
-    memset(packed, 0, sizeof(uint32_t) * 16 * (size_t)pairs * (size_t)blocks);
-    for (int64_t m = 0; m < M; ++m) {
-        const uint16_t *row = x + m * x_stride;
-        uint32_t *dst = packed + (m / 16) * 16 * (int64_t)pairs + m % 16;
-        for (int c = 0; c + 1 < K; c += 2)
-            dst[16 * (c / 2)] = (uint32_t)row[c] | (uint32_t)row[c + 1] << 16;
-        if (K % 2) dst[16 * (K / 2)] = row[K - 1];
-    }
+#pragma omp parallel for collapse(2) schedule(static) num_threads(num_threads)
+    for (int64_t b = 0; b < blocks; ++b)
+        for (int p = 0; p < pairs; ++p) {
+            uint32_t *dst = packed + (b * pairs + p) * 16;
+            const int c = 2 * p;
+            for (int i = 0; i < 16; ++i) {
+                const int64_t m = b * 16 + i;
+                const uint16_t *row = x + m * x_stride;
+                const uint32_t lo = m < M && c < K ? row[c] : 0;
+                const uint32_t hi = m < M && c + 1 < K ? row[c + 1] : 0;
+                dst[i] = lo | hi << 16;
+            }
+        }
 }
 
 /* out[m0 + i][n0 + j] for i < 16 * mb (< M), j < nt: weight rows w (nt_max of k_padded,
@@ -213,7 +219,7 @@ int fp8_linear(const void *x, int64_t x_stride, int64_t M, const uint8_t *q,
     if (panels) {
         xp = aligned_alloc(64, sizeof(uint32_t) * 16 * (size_t)pairs * (size_t)((M + 15) / 16));
         if (!xp) return -1;
-        pack_x(x, x_stride, M, K, k_padded, xp);
+        pack_x(x, x_stride, M, K, k_padded, xp, num_threads);
     }
     const float *row_scale = groups ? NULL : scale;
 #pragma omp parallel num_threads(num_threads)
