@@ -1,0 +1,72 @@
+"""`python -m inference bench throughput` on a tiny random checkpoint: its JSON, its errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from inference.__main__ import main
+from tests.inference.checkpoints import make_checkpoint
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_checkpoint("llama", tmp_path_factory.mktemp("throughput"))
+
+
+def bench(checkpoint: Path, *extra: str) -> list[str]:
+    return [
+        *("bench", "throughput", "--model", str(checkpoint), "--dtype", "float32"),
+        *("--num-prompts", "3", "--input-len", "8", "--output-len", "4", "--prefix-len", "16"),
+        *("--max-num-seqs", "2", *extra),
+    ]
+
+
+def test_reports_both_engines_and_writes_the_json(
+    checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "result.json"
+    args = bench(checkpoint, "--rounds", "2", "--naive-prompts", "1", "--output", str(out))
+    assert main(args) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result == json.loads(out.read_text())
+    assert result["benchmark"] == "throughput" and result["cpu"]
+    assert result["prompt_tokens"] == 3 * (16 + 8)
+    assert len(result["elapsed_seconds_per_round"]) == 2
+    assert result["elapsed_seconds"] == min(result["elapsed_seconds_per_round"])
+    # 3 prompts x 4 tokens over the best round's time.
+    assert result["output_tokens_per_s"] == pytest.approx(12 / result["elapsed_seconds"], rel=0.05)
+    # Each round's prompts are new, but all three share a 16-token prefix (one block): a
+    # prompt prefilled after the first finds it cached.
+    assert result["cached_prompt_tokens"] >= 16
+    naive = result["naive_transformers"]
+    assert len(naive["output_tokens_per_s_per_round"]) == 2
+    assert result["speedup_output_tokens_per_s"] == pytest.approx(
+        result["output_tokens_per_s"] / naive["output_tokens_per_s"], abs=0.1
+    )
+
+
+def test_fp8_weights(checkpoint: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert (
+        main([*bench(checkpoint, "--rounds", "1", "--naive-prompts", "0"), "--quantization", "fp8"])
+        == 0
+    )
+    result = json.loads(capsys.readouterr().out)
+    assert result["quantization"] == "fp8" and "naive_transformers" not in result
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--num-prompts", "0", "--num-prompts must be at least 1"),
+        ("--rounds", "0", "--rounds must be at least 1"),
+        ("--naive-prompts", "-1", "must not be negative"),
+    ],
+)
+def test_bad_input_is_a_clear_error(
+    checkpoint: Path, capsys: pytest.CaptureFixture[str], flag: str, value: str, message: str
+) -> None:
+    assert main([*bench(checkpoint), flag, value]) == 2
+    assert message in capsys.readouterr().err
