@@ -36,8 +36,11 @@ def test_reports_both_engines_and_writes_the_json(
     assert result["prompt_tokens"] == 3 * (16 + 8)
     assert len(result["elapsed_seconds_per_round"]) == 2
     assert result["elapsed_seconds"] == min(result["elapsed_seconds_per_round"])
-    # 3 prompts x 4 tokens over the best round's time.
-    assert result["output_tokens_per_s"] == pytest.approx(12 / result["elapsed_seconds"], rel=0.05)
+    # 3 prompts x 4 tokens over the best round's time (printed to 0.01 s).
+    elapsed = result["elapsed_seconds"]
+    assert (
+        12 / (elapsed + 0.006) <= result["output_tokens_per_s"] <= 12 / max(elapsed - 0.006, 1e-3)
+    )
     # Each round's prompts are new, but all three share a 16-token prefix (one block): a
     # prompt prefilled after the first finds it cached.
     assert result["cached_prompt_tokens"] >= 16
