@@ -22,7 +22,7 @@ from inference.kernels.cpu.build import KernelBuildError, load_library
 log = logging.getLogger("inference.kernels")
 
 PER_ROW_MAX_ROWS = 128
-GROUPED_MAX_ROWS = 256
+GROUPED_MAX_ROWS = 192
 
 
 def load_fp8_linear(extra_flags: tuple[str, ...] = ()) -> Fp8LinearKernel | None:
