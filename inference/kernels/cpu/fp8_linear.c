@@ -77,7 +77,11 @@ static void widen_row(const uint8_t *q, const float *scale, int64_t r, int K, in
     }
     for (int c = 0; c < k_padded; c += 16) {
         const int left = K - c;
-        const __mmask16 mask = left >= 16 ? 0xffff : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
+        if (left <= 0) { /* padding: no group, and no scale to read past the row's */
+            _mm256_storeu_si256((__m256i *)(dst + c), _mm256_setzero_si256());
+            continue;
+        }
+        const __mmask16 mask = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1);
         __m512 value = widen16(src + c, mask);
         value = _mm512_mul_ps(value, _mm512_set1_ps(scale[r * groups + c / group_size]));
         _mm256_storeu_si256((__m256i *)(dst + c), (__m256i)_mm512_cvtneps_pbh(value));

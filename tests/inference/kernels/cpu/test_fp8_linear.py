@@ -95,6 +95,20 @@ def test_every_e4m3_value_is_widened_exactly(kernel: Fp8LinearKernel, rows: int)
         assert torch.equal(got, q[:, 5].to(torch.bfloat16).expand(rows, -1))
 
 
+@pytest.mark.parametrize("rows", [1, 20])
+def test_reads_no_scale_past_the_last_group(kernel: Fp8LinearKernel, rows: int) -> None:
+    """40 columns pad to 64: the padding has no group, so no scale may be read for it (the
+    last row's would lie past the tensor; here a NaN waits there)."""
+    q, scale = quantize_weight_fp8(torch.randn(5, 40), 16)
+    assert scale.shape == (5, 3)
+    memory = torch.full((scale.numel() + 16,), float("nan"))
+    memory[: scale.numel()] = scale.flatten()
+    x = torch.randn(rows, 40).bfloat16()
+    got = kernel(x, q, memory[: scale.numel()].view(5, 3), 16)
+    assert got is not None and torch.equal(got, kernel(x, q, scale.contiguous(), 16))
+    assert torch.isfinite(got).all()
+
+
 def test_declines_what_it_does_not_take(kernel: Fp8LinearKernel) -> None:
     q, scale = quantize_weight_fp8(torch.randn(8, 64))
     grouped_q, grouped_scale = quantize_weight_fp8(torch.randn(8, 64), 8)
