@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from inference.kernels.cpu.fp8_linear import GROUPED_MAX_ROWS, PER_ROW_MAX_ROWS
 from inference.kernels.cpu.layers import CpuLayerKernels, load_layer_kernels
 from inference.model.layers.activation import silu_and_mul
 from inference.model.layers.norm import RMSNorm
@@ -111,17 +110,17 @@ def test_fp8_dequantize_gives_torchs_values(group_size: int | None, dtype: str, 
 def test_fp8_layers_dequantize_through_the_kernels(tmp_path: Path) -> None:
     """An FP8 model (linears and vocabulary) gives the same logits with and without them.
 
-    A prefill longer than the fused FP8 matmul takes, so every layer dequantizes (the fused
-    path has its own tests in test_fp8_linear.py)."""
+    Without the fused FP8 matmul, so that every layer dequantizes through `fp8_dequantize`
+    (the fused path has its own tests in test_fp8_linear.py)."""
     model, config = load_model(
         make_checkpoint("smollm2", tmp_path), dtype="bfloat16", progress=False, quantization="fp8"
     )
-    length = max(PER_ROW_MAX_ROWS, GROUPED_MAX_ROWS) + 1
-    generator = torch.Generator().manual_seed(4)
-    tokens = torch.randint(3, config.vocab_size, (length,), generator=generator)
-    expected = PagedDriver(model, num_blocks=32).step({0: tokens.tolist()})
-    model.set_layer_kernels(kernels("native"))
+    tokens = torch.randint(3, config.vocab_size, (20,), generator=torch.Generator().manual_seed(4))
+    expected = PagedDriver(model, num_blocks=8).step({0: tokens.tolist()})
+    dequantizing = kernels("native")
+    dequantizing.fp8 = None
+    model.set_layer_kernels(dequantizing)
     fp8_layers = [m for m in model.modules() if isinstance(m, Fp8Linear | Fp8Embedding)]
     assert fp8_layers and all(m.kernels is not None for m in fp8_layers)
-    actual = PagedDriver(model, num_blocks=32).step({0: tokens.tolist()})
+    actual = PagedDriver(model, num_blocks=8).step({0: tokens.tolist()})
     torch.testing.assert_close(actual, expected, rtol=2e-2, atol=2e-2)
