@@ -32,7 +32,7 @@
 int fp8_linear_available(void) { return HAVE_BF16; }
 
 #if HAVE_BF16
-enum { NT = 4, MT = 4, ROWS_MAX = 4, PANEL_ROWS = 64, PANEL_NT = 24, PANEL_ACC = 12 };
+enum { NT = 4, MT = 4, ROWS_MAX = MT, PANEL_ROWS = 64, PANEL_NT = 24, PANEL_ACC = 12 };
 
 /* 16 e4m3 bytes (fewer under `mask`) as float32: sign | exponent + 120 | mantissa for
  * normal values, m * 2^-9 for subnormal ones (exponent 0). No NaN is expected. */
@@ -248,14 +248,11 @@ int fp8_linear(const void *x, int64_t x_stride, int64_t M, const uint8_t *q,
                 panel_rows(xp, pairs, M, w, k_padded, n0, nt, row_scale, out, N);
                 continue;
             }
-            int64_t m0 = 0;
-            for (; m0 + MT <= M; m0 += MT)
-                tile_product(x, x_stride, m0, MT, w, k_padded, K, n0, nt, row_scale, out, N);
-            switch (M - m0) { /* the last rows, each count its own specialised loop */
-            case 3: tile_product(x, x_stride, m0, 3, w, k_padded, K, n0, nt, row_scale, out, N); break;
-            case 2: tile_product(x, x_stride, m0, 2, w, k_padded, K, n0, nt, row_scale, out, N); break;
-            case 1: tile_product(x, x_stride, m0, 1, w, k_padded, K, n0, nt, row_scale, out, N); break;
-            default: break;
+            switch (M) { /* at most ROWS_MAX (= MT) rows, each count its own specialised loop */
+            case 4: tile_product(x, x_stride, 0, 4, w, k_padded, K, n0, nt, row_scale, out, N); break;
+            case 3: tile_product(x, x_stride, 0, 3, w, k_padded, K, n0, nt, row_scale, out, N); break;
+            case 2: tile_product(x, x_stride, 0, 2, w, k_padded, K, n0, nt, row_scale, out, N); break;
+            default: tile_product(x, x_stride, 0, 1, w, k_padded, K, n0, nt, row_scale, out, N); break;
             }
         }
         free(w);
