@@ -40,7 +40,9 @@ def _usage_chunk(completion: int) -> bytes:
 
 
 class FakeUpstream:
-    def __init__(self, chunks: int = 16, delay: float = 0.0, interval: float = 0.0) -> None:
+    def __init__(
+        self, chunks: int = 16, delay: float = 0.0, interval: float = 0.0, max_model_len: int = 4096
+    ) -> None:
         self.chunks = chunks
         self.delay = delay  # seconds before each completion is answered
         self.interval = interval  # seconds between a stream's events (0: all at once)
@@ -81,7 +83,10 @@ class FakeUpstream:
         ).encode()
         self._unary = _response(b"application/json", unary)
         models = json.dumps(
-            {"object": "list", "data": [{"id": MODEL, "object": "model", "max_model_len": 4096}]}
+            {
+                "object": "list",
+                "data": [{"id": MODEL, "object": "model", "max_model_len": max_model_len}],
+            }
         ).encode()
         self._models = _response(b"application/json", models)
         self._ok = _response(b"application/json", b'{"status":"ok"}')

@@ -73,9 +73,10 @@ def _message(refusal: Refusal, scope: Scope, tokens: int) -> str:
     what = _WHAT[refusal.reason]
     if refusal.never_fits:
         return (
-            f"{scope.name}: this request reserves {tokens} tokens (prompt plus max_tokens), "
-            f"more than the limit of {refusal.limit} {what}, so it can never be admitted; "
-            "lower max_tokens or shorten the prompt"
+            f"{scope.name}: this request reserves {tokens} tokens (each prompt plus "
+            f"max_tokens for each of its n completions), more than the limit of "
+            f"{refusal.limit} {what}, so it can never be admitted; lower max_tokens or n, "
+            "or send fewer or shorter prompts"
         )
     return f"{scope.name}: {refusal.limit} {what} reached; retry in {human(refusal.retry_after)}"
 

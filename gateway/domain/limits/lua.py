@@ -12,6 +12,11 @@ Redis's own clock (TIME) is the only clock, so replicas with skewed clocks share
 windows. A script runs atomically, so checking every limit of every scope and recording
 the admission in all of them (or none) cannot interleave with another replica's request.
 Members are built from the ARGV strings: Lua's own number-to-string loses digits past 14.
+
+Every count is written as an integer string through ``count()``: Lua numbers are doubles,
+and Redis writes a double that is not a small integer as a float ("1e+22"), which INCRBY
+and HINCRBY then refuse on every later call, for as long as the key lives. Token arguments
+that are not whole numbers below 2**53 are refused before anything is touched.
 """
 
 from __future__ import annotations
@@ -22,6 +27,29 @@ QUOTA_TTL_MS = 32 * 86_400_000  # past the end of any month; the counters roll o
 NO_LIMIT = -1
 
 # Refusal codes in the admit reply are 1 + the index in types.REASONS.
+
+# Shared by both scripts. count() floors and clamps to 0..2**53-1, where a double is still
+# an exact integer, and formats with %d so that Redis is handed digits, never "1e+22".
+# stored() reads a counter back; one written as a float by an older version (or damaged
+# by hand) reads as the number it says, so the next write repairs it instead of failing.
+_COUNTS = """
+local MAX_COUNT = 9007199254740991
+local function count(x)
+  x = tonumber(x) or 0
+  if x ~= x or x < 0 then x = 0 end
+  if x > MAX_COUNT then x = MAX_COUNT end
+  return string.format('%d', math.floor(x))
+end
+local function stored(v)
+  return tonumber(count(v))
+end
+local function whole(arg, name)
+  if not string.match(arg, '^%d+$') or tonumber(arg) > MAX_COUNT then
+    error({err = 'ERR ' .. name .. ' must be a whole number below 2^53, got ' .. arg})
+  end
+  return tonumber(arg)
+end
+"""
 
 _MONTH_OF = """
 -- Days since 1970-01-01 to year * 12 + month - 1 (H. Hinnant's civil_from_days).
@@ -47,8 +75,9 @@ end
 # then per refusal four (reason code 1-5, scope index, retry in us or -1, never fits 0/1).
 ADMIT = (
     _MONTH_OF
+    + _COUNTS
     + """
-local id, tokens = ARGV[1], tonumber(ARGV[2])
+local id, tokens = ARGV[1], whole(ARGV[2], 'tokens')
 local lease, window, quota_ttl = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local window_ms = math.ceil(window / 1000)
 local t = redis.call('TIME')
@@ -86,27 +115,28 @@ for i = 0, scopes - 1 do
   end
 
   local expired = redis.call('ZRANGEBYSCORE', KEYS[k + 2], '-inf', start)
-  s.tokens = tonumber(redis.call('GET', KEYS[k + 3]) or '0')
+  s.tokens = stored(redis.call('GET', KEYS[k + 3]))
   if #expired > 0 then
     for _, member in ipairs(expired) do s.tokens = s.tokens - tokens_of(member) end
     redis.call('ZREMRANGEBYSCORE', KEYS[k + 2], '-inf', start)
   end
   local in_window = redis.call('ZCARD', KEYS[k + 2])
   if in_window == 0 or s.tokens < 0 then s.tokens = 0 end
-  if #expired > 0 then redis.call('SET', KEYS[k + 3], s.tokens, 'PX', window_ms) end
+  if #expired > 0 then redis.call('SET', KEYS[k + 3], count(s.tokens), 'PX', window_ms) end
   if tpm >= 0 then
     if tokens > tpm then
       table.insert(refusals, {2, i, window, 1})
     elseif s.tokens + tokens > tpm then
       local entries = redis.call('ZRANGE', KEYS[k + 2], 0, -1, 'WITHSCORES')
-      local left = s.tokens
+      local left, retry = s.tokens, window  -- a full minute if the sum outruns its entries
       for j = 1, #entries, 2 do
         left = left - tokens_of(entries[j])
         if left + tokens <= tpm then
-          table.insert(refusals, {2, i, tonumber(entries[j + 1]) + window - now, 0})
+          retry = tonumber(entries[j + 1]) + window - now
           break
         end
       end
+      table.insert(refusals, {2, i, retry, 0})
     end
   end
 
@@ -116,8 +146,8 @@ for i = 0, scopes - 1 do
   end
 
   local q = redis.call('HMGET', KEYS[k + 5], 'd', 'du', 'm', 'mu')
-  s.day_used = (tonumber(q[1]) == day) and tonumber(q[2]) or 0
-  s.month_used = (tonumber(q[3]) == month) and tonumber(q[4]) or 0
+  s.day_used = (tonumber(q[1]) == day) and stored(q[2]) or 0
+  s.month_used = (tonumber(q[3]) == month) and stored(q[4]) or 0
   if daily >= 0 and s.day_used + tokens > daily then
     table.insert(refusals, {4, i, -1, tokens > daily and 1 or 0})
   end
@@ -140,16 +170,16 @@ if admitted then
     if s.tpm >= 0 then
       redis.call('ZADD', KEYS[k + 2], now, id .. ':' .. ARGV[2])
       redis.call('PEXPIRE', KEYS[k + 2], window_ms)
-      s.tokens = s.tokens + tokens
+      s.tokens = stored(s.tokens + tokens)
       s.tokens_in_window = s.tokens_in_window + 1
-      redis.call('SET', KEYS[k + 3], s.tokens, 'PX', window_ms)
+      redis.call('SET', KEYS[k + 3], count(s.tokens), 'PX', window_ms)
     end
     if s.conc >= 0 then
       redis.call('ZADD', KEYS[k + 4], now + lease, id)
       redis.call('PEXPIRE', KEYS[k + 4], math.ceil(lease / 1000))
     end
-    redis.call('HSET', KEYS[k + 5], 'd', day, 'du', s.day_used + tokens,
-      'm', month, 'mu', s.month_used + tokens)
+    redis.call('HSET', KEYS[k + 5], 'd', day, 'du', count(s.day_used + tokens),
+      'm', month, 'mu', count(s.month_used + tokens))
     redis.call('PEXPIRE', KEYS[k + 5], quota_ttl)
   end
 end
@@ -172,26 +202,35 @@ return reply
 # KEYS: the "settled" marker, then per scope tpm, tpmsum, conc, quota.
 # ARGV: id, reserved tokens, used tokens, admission day, admission month, marker ttl (ms).
 # Reply: 1 when settled now, 0 when it had been settled before (settlement is idempotent).
-SETTLE = """
-local id, reserved, used = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+# Every slot is freed first: Redis does not undo a script that fails half-way, so whatever
+# might fail later cannot keep a slot taken. Counters are read, adjusted and written whole
+# (not INCRBY), so one left as a float by an older version is repaired, not fatal.
+SETTLE = (
+    _COUNTS
+    + """
+local id = ARGV[1]
+local reserved, used = whole(ARGV[2], 'reserved tokens'), whole(ARGV[3], 'used tokens')
 local day, month = tonumber(ARGV[4]), tonumber(ARGV[5])
 if not redis.call('SET', KEYS[1], '1', 'NX', 'PX', ARGV[6]) then return 0 end
+for k = 1, #KEYS - 1, 4 do redis.call('ZREM', KEYS[k + 3], id) end
 local delta = used - reserved
 for k = 1, #KEYS - 1, 4 do
-  redis.call('ZREM', KEYS[k + 3], id)
   local member = id .. ':' .. ARGV[2]
   local score = redis.call('ZSCORE', KEYS[k + 1], member)
   if score then
     redis.call('ZREM', KEYS[k + 1], member)
     redis.call('ZADD', KEYS[k + 1], score, id .. ':' .. ARGV[3])
-    if redis.call('EXISTS', KEYS[k + 2]) == 1 then
-      local sum = redis.call('INCRBY', KEYS[k + 2], delta)
-      if sum < 0 then redis.call('SET', KEYS[k + 2], 0, 'KEEPTTL') end
-    end
+    local sum = redis.call('GET', KEYS[k + 2])
+    if sum then redis.call('SET', KEYS[k + 2], count(stored(sum) + delta), 'KEEPTTL') end
   end
-  local q = redis.call('HMGET', KEYS[k + 4], 'd', 'm')
-  if tonumber(q[1]) == day then redis.call('HINCRBY', KEYS[k + 4], 'du', delta) end
-  if tonumber(q[2]) == month then redis.call('HINCRBY', KEYS[k + 4], 'mu', delta) end
+  local q = redis.call('HMGET', KEYS[k + 4], 'd', 'du', 'm', 'mu')
+  if tonumber(q[1]) == day then
+    redis.call('HSET', KEYS[k + 4], 'du', count(stored(q[2]) + delta))
+  end
+  if tonumber(q[3]) == month then
+    redis.call('HSET', KEYS[k + 4], 'mu', count(stored(q[4]) + delta))
+  end
 end
 return 1
 """
+)

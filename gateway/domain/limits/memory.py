@@ -22,7 +22,7 @@ from gateway.domain.limits.decision import (
     refused,
 )
 from gateway.domain.limits.headers import Window
-from gateway.domain.limits.types import Reservation, Scope
+from gateway.domain.limits.types import Reservation, Scope, reservation_tokens, settled_tokens
 
 WINDOW_US = int(WINDOW_S * periods.US_PER_S)
 DEFAULT_LEASE_S = 15 * 60
@@ -83,7 +83,7 @@ class InProcessLimiter:
         self._settled: dict[str, int] = {}  # id -> when to forget it, oldest first
 
     async def admit(self, scopes: Sequence[Scope], tokens: int) -> Reservation:
-        tokens = max(0, tokens)
+        tokens = reservation_tokens(tokens)
         rid = uuid.uuid4().hex
         async with self._lock:
             now = self._clock()
@@ -106,7 +106,7 @@ class InProcessLimiter:
     async def settle(self, reservation: Reservation, used_tokens: int) -> None:
         if not reservation.enforced:
             return
-        used = max(0, used_tokens)
+        used = settled_tokens(used_tokens, reservation.tokens)
         delta = used - reservation.tokens
         async with self._lock:
             now = self._clock()

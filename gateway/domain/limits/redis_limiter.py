@@ -21,7 +21,14 @@ from gateway.domain.limits import lua, periods
 from gateway.domain.limits.decision import WINDOW_S, Refusal, admitted, refused
 from gateway.domain.limits.headers import Window
 from gateway.domain.limits.memory import DEFAULT_LEASE_S
-from gateway.domain.limits.types import REASONS, LimiterUnavailable, Reservation, Scope
+from gateway.domain.limits.types import (
+    REASONS,
+    LimiterUnavailable,
+    Reservation,
+    Scope,
+    reservation_tokens,
+    settled_tokens,
+)
 
 log = structlog.get_logger("gateway.limits")
 
@@ -52,7 +59,7 @@ class RedisLimiter:
         return [f"{self._prefix}:{scope.key}:{kind}" for kind in kinds]
 
     async def admit(self, scopes: Sequence[Scope], tokens: int) -> Reservation:
-        tokens = max(0, tokens)
+        tokens = reservation_tokens(tokens)
         rid = uuid.uuid4().hex
         if not scopes:
             return Reservation(rid, (), tokens, {})
@@ -99,7 +106,7 @@ class RedisLimiter:
         args: list[int | str] = [
             reservation.id,
             str(reservation.tokens),
-            str(max(0, used_tokens)),
+            str(settled_tokens(used_tokens, reservation.tokens)),
             periods.day_of(at),
             periods.month_of(at),
             self._lease_us // 1000,

@@ -15,6 +15,33 @@ Reason = Literal[
 ]
 REASONS: tuple[Reason, ...] = get_args(Reason)
 
+# Every token count a limiter stores stays below this. Redis runs its scripts in Lua, whose
+# numbers are doubles: past 2**53 they stop being exact integers and Redis writes them as
+# floats ("1e+22"), which its integer commands then refuse for as long as the key lives.
+MAX_TOKENS = 2**53 - 1
+
+
+def reservation_tokens(tokens: int) -> int:
+    """What ``admit`` may reserve: a whole number below MAX_TOKENS (negatives count as 0).
+
+    A larger or non-integer count is a bug in the caller (the proxy bounds what it asks
+    for), so it is refused rather than stored.
+    """
+    if isinstance(tokens, bool) or not isinstance(tokens, int):
+        raise ValueError(f"tokens must be an int, got {tokens!r}")
+    if tokens > MAX_TOKENS:
+        raise ValueError(f"tokens must be at most {MAX_TOKENS}, got {tokens}")
+    return max(0, tokens)
+
+
+def settled_tokens(tokens: int, reserved: int) -> int:
+    """What ``settle`` records: clamped to 0..MAX_TOKENS, since a settlement never fails on
+    a count (it comes from a worker's usage, after the response has gone out). A count
+    that is not an int keeps the reservation, the safe side."""
+    if isinstance(tokens, bool) or not isinstance(tokens, int):
+        return reserved
+    return min(max(0, tokens), MAX_TOKENS)
+
 
 @dataclass(frozen=True, slots=True)
 class Limits:

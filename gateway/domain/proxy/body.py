@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 
 from gateway.domain.proxy.openai_errors import ApiError
+from gateway.domain.proxy.request_params import Prompt, count_param, prompts_of
 
 # Reserved for a request without max_tokens when the worker's context length is unknown.
 DEFAULT_COMPLETION_RESERVATION = 4096
@@ -28,8 +29,10 @@ class ApiRequest:
     model: str
     stream: bool
     client_wants_usage: bool
-    n: int
-    max_tokens: int | None
+    n: int  # sequences generated per prompt: the larger of n and best_of
+    max_tokens: int | None  # the completion limit the worker applies, if the client set one
+    # /v1/completions: one entry per prompt of a batch; chat: empty (its prompt is messages).
+    prompts: tuple[Prompt, ...] = ()
 
     def upstream_body(self) -> bytes:
         if not self.stream:
@@ -41,27 +44,34 @@ class ApiRequest:
     def prompt_text(self) -> str:
         if self.endpoint == "chat.completions":
             return "\n".join(_message_text(m) for m in self.body.get("messages", []))
-        prompt = self.body.get("prompt", "")
-        if isinstance(prompt, list):
-            return "\n".join(p if isinstance(p, str) else " " * len(p) * 4 for p in prompt)
-        return str(prompt)
+        return "\n".join(p if isinstance(p, str) else " " * len(p) * 4 for p in self.prompts)
+
+    def prompt_estimates(self) -> list[int]:
+        """Tokens per prompt: exact for token ids, else an upper-ish guess (about 3 bytes
+        a token); settlement uses the worker's real count."""
+        if self.endpoint == "chat.completions":
+            return [_text_estimate(self.prompt_text())]
+        return [_text_estimate(p) if isinstance(p, str) else len(p) for p in self.prompts]
 
     def estimated_prompt_tokens(self) -> int:
-        """An upper-ish estimate (about 3 bytes a token); settlement uses the real count."""
-        prompt = self.body.get("prompt")
-        if isinstance(prompt, list) and prompt and isinstance(prompt[0], int):
-            return len(prompt)
-        return len(self.prompt_text().encode()) // 3 + 8
+        return sum(self.prompt_estimates())
 
     def reserved_tokens(self, context_len: int | None) -> int:
-        prompt = self.estimated_prompt_tokens()
-        if self.max_tokens is not None:
-            completion = self.max_tokens
-        elif context_len:
-            completion = max(context_len - prompt, 1)
-        else:
-            completion = DEFAULT_COMPLETION_RESERVATION
-        return prompt + completion * self.n
+        """The request's worst case: every prompt, plus ``n`` completions of each.
+
+        No sequence can outgrow the model's context, so that bounds the completion part
+        when the worker reported it; without max_tokens a sequence may fill the context.
+        """
+        total = 0
+        for prompt in self.prompt_estimates():
+            if self.max_tokens is not None:
+                completion = min(self.max_tokens, context_len or self.max_tokens)
+            elif context_len:
+                completion = max(context_len - prompt, 1)
+            else:
+                completion = DEFAULT_COMPLETION_RESERVATION
+            total += prompt + completion * self.n
+        return total
 
     def affinity_key(self) -> str:
         """Requests that start alike (same system prompt) share a key, hence a worker."""
@@ -75,7 +85,8 @@ class ApiRequest:
 
 
 def parse(endpoint: str, raw: bytes) -> ApiRequest:
-    """Checks what the gateway relies on; the worker validates everything else."""
+    """Checks what the gateway relies on (what it forwards to and what it reserves); the
+    worker validates everything else."""
     try:
         body = msgspec.json.decode(raw)
     except msgspec.DecodeError as exc:
@@ -100,20 +111,23 @@ def parse(endpoint: str, raw: bytes) -> ApiRequest:
         raise ApiError(
             400, "stream_options must be an object", param="stream_options", reason="bad_request"
         )
-    n = _positive_int(body, "n", 1)
-    limit_name = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
-    max_tokens = _positive_int(body, limit_name, None)
+    n = count_param(body, "n") or 1
+    best_of = count_param(body, "best_of") or n
+    # Both are checked when given; the one the worker obeys is reserved for. The legacy
+    # endpoint knows only max_tokens, chat prefers max_completion_tokens (as vLLM does).
+    max_tokens = count_param(body, "max_tokens")
+    max_completion_tokens = count_param(body, "max_completion_tokens")
+    if endpoint == "chat.completions" and max_completion_tokens is not None:
+        max_tokens = max_completion_tokens
+    prompts = () if endpoint == "chat.completions" else prompts_of(body["prompt"])
     wants_usage = bool(stream and options and options.get("include_usage"))
-    return ApiRequest(endpoint, body, model, stream, wants_usage, n or 1, max_tokens)
+    return ApiRequest(
+        endpoint, body, model, stream, wants_usage, max(n, best_of), max_tokens, prompts
+    )
 
 
-def _positive_int(body: dict[str, Any], name: str, default: int | None) -> int | None:
-    value = body.get(name, default)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ApiError(400, f"{name} must be a positive integer", param=name, reason="bad_request")
-    return value
+def _text_estimate(text: str) -> int:
+    return len(text.encode()) // 3 + 8
 
 
 def _message_text(message: Any) -> str:

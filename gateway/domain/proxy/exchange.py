@@ -2,7 +2,8 @@
 
 Whatever happens to a request (refused, rejected by the worker, cancelled by the client,
 broken mid-stream), `finish` runs exactly once: it settles the token reservation to what
-was really used and hands one record to the audit writer. Neither waits on the client.
+was really used and hands one record to the audit writer. Neither waits on the client, and
+a settlement that fails never costs the audit record.
 """
 
 from __future__ import annotations
@@ -71,12 +72,29 @@ class Exchange:
         if usage is None and self.reservation is not None:
             # No usage chunk (cancelled or broken): charge what the worker surely spent.
             usage = Usage(self.estimated_prompt_tokens, completion_chunks, 0)
-        if self.reservation is not None:
-            await self.traffic.limiter.settle(self.reservation, usage.total if usage else 0)
-        self.traffic.metrics.observe(self, status, usage, reason)
-        self.traffic.audit.submit(
-            self._entry(status, usage, reason, error, first_token_at, response_body)
-        )
+        try:
+            if self.reservation is not None:
+                await self._settle(self.reservation, usage.total if usage else 0)
+        finally:  # even when cancelled mid-settlement: one record per request, always
+            self.traffic.metrics.observe(self, status, usage, reason)
+            self.traffic.audit.submit(
+                self._entry(status, usage, reason, error, first_token_at, response_body)
+            )
+
+    async def _settle(self, reservation: Reservation, used: int) -> None:
+        """Settle, or log and count why not. The limiters free a request's concurrency
+        slots before anything else in a settlement can fail; when the settlement does not
+        run at all, the slot's lease (15 minutes) frees it."""
+        try:
+            await self.traffic.limiter.settle(reservation, used)
+        except Exception as exc:
+            self.traffic.metrics.settle_failures.inc()
+            log.error(
+                "limits_settle_failed",
+                request_id=self.request_id,
+                reservation=reservation.id,
+                error=f"{type(exc).__name__}: {exc}",
+            )
 
     def _entry(
         self,

@@ -228,10 +228,10 @@ def pick(traffic: Traffic, request: ApiRequest) -> Upstream:
 async def admit(
     traffic: Traffic, principal: Principal, request: ApiRequest, upstream: Upstream
 ) -> Reservation:
-    context = getattr(upstream, "max_model_len", {}).get(request.model)
+    tokens = request.reserved_tokens(upstream.max_model_len.get(request.model))
     try:
         return await traffic.limiter.admit(
-            scopes_for(principal.department, principal.api_key), request.reserved_tokens(context)
+            scopes_for(principal.department, principal.api_key), tokens
         )
     except LimitExceeded as exc:
         raise ApiError(

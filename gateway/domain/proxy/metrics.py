@@ -33,6 +33,11 @@ class GatewayMetrics:
             buckets=_LATENCY_BUCKETS,
             registry=reg,
         )
+        self.settle_failures = Counter(
+            f"{PREFIX}_settle_failures",
+            "Settlements the limiter raised on (the request was still audited).",
+            registry=reg,
+        )
         self.tokens = Counter(
             f"{PREFIX}_tokens",
             "Tokens by department and kind.",

@@ -3,10 +3,15 @@
 /ready says whether the worker takes requests now (503 while loading or draining);
 /v1/models, called with the internal token, names its models and proves the token is the
 one it expects, so a misconfigured token shows up as an unhealthy worker with a clear
-reason rather than as 401s on every forwarded request.
+reason rather than as 401s on every forwarded request. Its cards also carry each model's
+context length (``max_model_len``, as vLLM and our worker report it), which bounds the
+tokens the gateway reserves for a request that sets no max_tokens.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 
@@ -19,10 +24,19 @@ class CheckFailed(Exception):
     """The worker is not fit to take requests; the message says why, for logs and admins."""
 
 
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """What a healthy worker's /v1/models says: its model ids, sorted, and the context
+    length of those whose card gives one."""
+
+    models: tuple[str, ...]
+    max_model_len: dict[str, int] = field(default_factory=dict)
+
+
 async def probe(
     client: httpx.AsyncClient, url: str, token: str, *, timeout: float = CHECK_TIMEOUT_S
-) -> tuple[str, ...]:
-    """The model ids ``url`` serves, or :class:`CheckFailed`."""
+) -> Listing:
+    """The models ``url`` serves, or :class:`CheckFailed`."""
     try:
         ready = await client.get(f"{url}/ready", timeout=timeout)
         if ready.status_code != 200:
@@ -38,7 +52,7 @@ async def probe(
         raise CheckFailed("/v1/models refused the worker token (401): check ENCLAVE_WORKER_TOKEN")
     if listed.status_code != 200:
         raise CheckFailed(f"/v1/models answered {listed.status_code}")
-    return _model_ids(listed)
+    return _listing(listed)
 
 
 def _status_of(response: httpx.Response) -> str:
@@ -48,7 +62,7 @@ def _status_of(response: httpx.Response) -> str:
         return "not JSON"
 
 
-def _model_ids(response: httpx.Response) -> tuple[str, ...]:
+def _listing(response: httpx.Response) -> Listing:
     try:
         cards = response.json()["data"]
         ids = tuple(sorted({str(card["id"]) for card in cards}))
@@ -56,4 +70,14 @@ def _model_ids(response: httpx.Response) -> tuple[str, ...]:
         raise CheckFailed("/v1/models did not answer an OpenAI model list") from None
     if not ids:
         raise CheckFailed("/v1/models lists no model")
-    return ids
+    lengths = {str(card["id"]): length for card in cards if (length := _context_of(card))}
+    return Listing(ids, lengths)
+
+
+def _context_of(card: Any) -> int | None:
+    """A card's positive integer max_model_len; anything else (absent, 0 from a worker
+    still loading, a float) counts as unknown, so the default reservation applies."""
+    length = card.get("max_model_len") if isinstance(card, dict) else None
+    if isinstance(length, bool) or not isinstance(length, int) or length < 1:
+        return None
+    return length

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import itertools
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import httpx
 import structlog
@@ -33,6 +33,8 @@ class Upstream:
     healthy: bool = False
     # What the last good check listed; kept while unhealthy, so the model stays known.
     models: tuple[str, ...] = ()
+    # Context length per model, as the last good check reported it (absent: not reported).
+    max_model_len: dict[str, int] = field(default_factory=dict)
     in_flight: int = 0
     last_error: str = ""
 
@@ -113,11 +115,13 @@ class WorkerPool:
 
     async def check(self, upstream: Upstream) -> None:
         try:
-            models = await probe(self._client, upstream.url, self._token)
+            listing = await probe(self._client, upstream.url, self._token)
         except CheckFailed as exc:
             self._set_unhealthy(upstream, str(exc))
             return
+        models = listing.models
         upstream.models = models
+        upstream.max_model_len = listing.max_model_len
         self._known_models.update(models)
         self._ever_listed = True
         if not upstream.healthy:

@@ -24,9 +24,11 @@ __all__ = ["Link", "fake_worker", "fresh_postgres", "gateway_process", "link_to"
 
 
 @contextlib.contextmanager
-def fake_worker(chunks: int = 4, delay: float = 0.0) -> Iterator[tuple[str, FakeUpstream]]:
+def fake_worker(
+    chunks: int = 4, delay: float = 0.0, max_model_len: int = 4096
+) -> Iterator[tuple[str, FakeUpstream]]:
     """The benchmark's fake worker on its own event loop in a thread."""
-    upstream = FakeUpstream(chunks, delay)
+    upstream = FakeUpstream(chunks, delay, max_model_len=max_model_len)
     loop = asyncio.new_event_loop()
     started = threading.Event()
 

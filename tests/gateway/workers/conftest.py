@@ -17,8 +17,10 @@ TOKEN = "internal-test-token"
 class StubWorker:
     """A worker's health endpoints on a fixed port; stop() and start() it like a process."""
 
-    def __init__(self, models: list[str]) -> None:
+    def __init__(self, models: list[str], max_model_len: int | None = 2048) -> None:
         self.models = models
+        # On every card, as a real worker reports it; None leaves it out (an older server).
+        self.max_model_len = max_model_len
         self.ready_status = 200
         self.authorizations: list[str | None] = []  # what each /v1/models call carried
         with socket.socket() as sock:
@@ -43,7 +45,7 @@ class StubWorker:
                     if auth != f"Bearer {TOKEN}":
                         self._answer(401, {"error": {"message": "bad token"}})
                         return
-                    cards = [{"id": m, "object": "model"} for m in stub.models]
+                    cards = [stub.card(m) for m in stub.models]
                     self._answer(200, {"object": "list", "data": cards})
                 else:
                     self._answer(404, {})
@@ -61,6 +63,12 @@ class StubWorker:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
         threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True).start()
+
+    def card(self, model: str) -> dict[str, object]:
+        card: dict[str, object] = {"id": model, "object": "model"}
+        if self.max_model_len is not None:
+            card["max_model_len"] = self.max_model_len
+        return card
 
     def stop(self) -> None:
         if self._server is not None:

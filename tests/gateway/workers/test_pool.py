@@ -135,3 +135,24 @@ async def test_a_draining_worker_is_taken_out(pool: WorkerPool, stubs: list[Stub
     with pytest.raises(NoUpstream) as down:
         pool.pick("other", None)
     assert down.value.known is True  # still known: it served "other" before
+
+
+async def test_each_models_context_length_comes_from_its_card() -> None:
+    """What a worker's /v1/models says a model's max_model_len is; a card without one (or
+    with a 0, as a worker still loading says) leaves it unknown."""
+    reporting, silent = StubWorker(["tiny"], 512), StubWorker(["tiny"], None)
+    loading = StubWorker(["tiny", "other"], 0)
+    for stub in (reporting, silent, loading):
+        stub.start()
+    workers = WorkerPool([reporting.url, silent.url, loading.url], TOKEN, interval=INTERVAL)
+    try:
+        await workers.start()
+        assert by_url(workers, reporting).max_model_len == {"tiny": 512}
+        assert by_url(workers, silent).max_model_len == {}
+        assert by_url(workers, loading).max_model_len == {}
+        reporting.max_model_len = 1024  # a restart with a longer context: the next check
+        await wait_until(lambda: by_url(workers, reporting).max_model_len == {"tiny": 1024}, 5)
+    finally:
+        await workers.close()
+        for stub in (reporting, silent, loading):
+            stub.stop()
