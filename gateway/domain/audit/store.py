@@ -25,6 +25,7 @@ from gateway.domain.audit.head_log import HeadLog
 from gateway.domain.audit.seal import ChainSeal
 
 log = structlog.get_logger("gateway.audit")
+HEAD_LOG_TIMEOUT_SECONDS = 2.0
 
 
 async def lock_chain(session: AsyncSession) -> AuditChain:
@@ -84,10 +85,13 @@ async def append_locked(
 
 async def record_head(head_log: HeadLog, seq: int, head_hash: str) -> None:
     """Append a committed head to the head log. A failure here loses no record (they are
-    committed), only this copy of the head, so it is logged rather than raised."""
+    committed), only this copy of the head, so it is logged rather than raised; and a hung
+    mount must not hold up the writer (its batch would count as failed and be spooled)."""
     try:
-        await asyncio.to_thread(head_log.record, seq, head_hash)
-    except OSError as exc:
+        await asyncio.wait_for(
+            asyncio.to_thread(head_log.record, seq, head_hash), HEAD_LOG_TIMEOUT_SECONDS
+        )
+    except (OSError, TimeoutError) as exc:
         log.error("audit head not recorded", path=str(head_log.path), seq=seq, error=repr(exc))
 
 

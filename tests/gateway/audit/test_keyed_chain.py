@@ -4,6 +4,7 @@ log) tries on the chain, and how `enclave audit verify` catches it."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
 from pathlib import Path
@@ -11,12 +12,15 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from gateway import cli
+from gateway import admin_tasks, cli
 from gateway.db import migrate
 from gateway.db.models import AuditChain, RequestRecord
 from gateway.domain.audit.chain import GENESIS_HASH, entry_of, unkeyed_hash
 from gateway.domain.audit.entry import FIELD_NAMES
+from gateway.domain.audit.head_log import HeadLog
+from gateway.domain.audit.writer import AuditWriter
 from tests.gateway.audit.support import entry, running_writer, seal_for, sessions, sql, verify
+from tests.gateway.helpers import embedded_gateway
 
 
 async def _write(url: str, data_dir: Path, count: int, tag: str = "t") -> None:
@@ -177,3 +181,41 @@ def _sql_literal(value: object) -> str:
         # SQLite stores the ORM's datetimes as naive UTC text.
         return "'" + value.replace(tzinfo=None).isoformat(sep=" ") + "'"  # type: ignore[attr-defined]
     return "'" + str(value).replace("'", "''") + "'"
+
+
+async def test_a_head_log_that_cannot_be_written_loses_no_record(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    (tmp_path / "not-a-dir").write_text("")
+    seal = dataclasses.replace(
+        seal_for(tmp_path), head_log=HeadLog(tmp_path / "not-a-dir" / "heads.log")
+    )
+    async with sessions(sqlite_url) as db:
+        writer = AuditWriter(db, tmp_path / "spool", seal, flush_interval=0.005)
+        await writer.start()
+        for n in range(3):
+            writer.submit(entry(n))
+        await writer.close()
+        assert writer.spooled == 0
+    assert len(await sql(sqlite_url, "SELECT seq FROM request_records")) == 3
+    assert (await verify(sqlite_url, tmp_path)).ok
+
+
+def test_the_head_file_setting_moves_the_head_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    elsewhere = tmp_path / "mounted" / "enclave-heads.log"
+    gateway = embedded_gateway(tmp_path / "data", audit_head_file=str(elsewhere))
+    asyncio.run(admin_tasks.create_department(gateway.settings, "Office", "office"))
+    assert not (tmp_path / "data" / "audit-head.log").exists()
+    assert [line.split()[0] for line in elsewhere.read_text().splitlines()] == ["1", "2"]
+    monkeypatch.setenv("ENCLAVE_AUDIT_HEAD_FILE", str(elsewhere))
+    status, lines = _cli_verify(
+        gateway.settings.effective_database_url, tmp_path / "data", monkeypatch, capsys
+    )
+    assert status == 0 and lines[-1].endswith(f" in {elsewhere} (matches)")
+    monkeypatch.delenv("ENCLAVE_AUDIT_HEAD_FILE")
+    status, lines = _cli_verify(
+        gateway.settings.effective_database_url, tmp_path / "data", monkeypatch, capsys
+    )
+    assert status == 0 and lines[-1].startswith("warning: no head recorded in ")
