@@ -1,4 +1,8 @@
-"""The work behind `enclave migrate` and `enclave admin ...`, each in its own transaction."""
+"""The work behind `enclave migrate` and `enclave admin ...`, each in its own transaction.
+
+Each change is an audit record (actor "cli") appended to the chain in the same transaction,
+so the change and its record commit together.
+"""
 
 from __future__ import annotations
 
@@ -6,18 +10,26 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from msgspec import UNSET, UnsetType
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.config_generation import bump_for
 from gateway.db import migrate
 from gateway.db.engine import create_engine, session_factory
+from gateway.db.models import User
+from gateway.domain.audit.actions import CLI, action_entry
+from gateway.domain.audit.entry import AuditEntry
+from gateway.domain.audit.seal import ChainSeal
+from gateway.domain.audit.store import append_locked, lock_chain, record_head
 from gateway.domain.departments.schemas import DepartmentCreate, DepartmentRead, DepartmentUpdate
 from gateway.domain.departments.service import DepartmentService
 from gateway.domain.departments.service import to_read as department_read
 from gateway.domain.identity.passwords import password_hasher
 from gateway.domain.keys.schemas import KeyCreate, KeyRead
 from gateway.domain.keys.service import KeyService, expiry_from_days
-from gateway.domain.users.service import UserService
+from gateway.domain.keys.service import to_read as key_read
+from gateway.domain.users.service import LOCAL_PREFIX, UserService
+from gateway.domain.users.service import to_read as user_read
 from gateway.secret_store import resolve_secret_key
 from gateway.settings import Settings
 
@@ -25,15 +37,28 @@ DEFAULT_ADMIN_EMAIL = "admin@enclave.local"
 
 
 @asynccontextmanager
-async def transaction(settings: Settings) -> AsyncIterator[AsyncSession]:
+async def transaction(
+    settings: Settings, audit: list[AuditEntry] | None = None
+) -> AsyncIterator[AsyncSession]:
+    """One transaction; what the body put in ``audit`` is chained in it before it commits."""
     engine = create_engine(settings.effective_database_url)
+    seal = audit_seal(settings) if audit is not None else None
+    head = None
     try:
         async with session_factory(engine).begin() as db:
             yield db
+            if seal is not None and audit:
+                head = await append_locked(db, await lock_chain(db), audit, seal.key)
     finally:
         await engine.dispose()
+    if seal is not None and head is not None:
+        await record_head(seal.head_log, *head)
     # Committed: a running gateway reads keys and departments afresh on its next request.
     await bump_for(settings.redis_url, settings.data_dir)
+
+
+def audit_seal(settings: Settings) -> ChainSeal:
+    return ChainSeal.build(resolve_secret_key(settings), settings.audit_head_path)
 
 
 def migrate_database(settings: Settings) -> None:
@@ -41,22 +66,39 @@ def migrate_database(settings: Settings) -> None:
 
 
 async def create_admin(settings: Settings, email: str) -> str:
-    async with transaction(settings) as db:
-        return await UserService(db).create_local_admin(password_hasher(), email)
+    audit: list[AuditEntry] = []
+    async with transaction(settings, audit) as db:
+        return await _create_admin(db, email, audit)
 
 
 async def first_start_admin(settings: Settings) -> str | None:
     """The embedded default's first start: a break-glass admin if there is none yet."""
-    async with transaction(settings) as db:
-        users = UserService(db)
-        if await users.has_local_admin():
+    audit: list[AuditEntry] = []
+    async with transaction(settings, audit) as db:
+        if await UserService(db).has_local_admin():
             return None
-        return await users.create_local_admin(password_hasher(), DEFAULT_ADMIN_EMAIL)
+        return await _create_admin(db, DEFAULT_ADMIN_EMAIL, audit)
+
+
+async def _create_admin(db: AsyncSession, email: str, audit: list[AuditEntry]) -> str:
+    """Create or reset the break-glass admin ``email`` (the password is never logged)."""
+    subject = LOCAL_PREFIX + email.lower()
+    existing = await db.scalar(select(User).where(User.subject == subject))
+    before = user_read(existing) if existing is not None else None
+    password = await UserService(db).create_local_admin(password_hasher(), email)
+    row = await db.scalar(select(User).where(User.subject == subject))
+    if row is not None:
+        action = "user.create_admin" if before is None else "user.reset_admin"
+        audit.append(action_entry(CLI, action, "user", row.id, before, user_read(row)))
+    return password
 
 
 async def create_department(settings: Settings, name: str, slug: str) -> str:
-    async with transaction(settings) as db:
+    audit: list[AuditEntry] = []
+    async with transaction(settings, audit) as db:
         row = await DepartmentService(db).create(DepartmentCreate(name=name, slug=slug))
+        created = department_read(row)
+        audit.append(action_entry(CLI, "department.create", "department", row.id, None, created))
         return str(row.id)
 
 
@@ -72,9 +114,11 @@ async def set_quota(
     audit_bodies: bool | UnsetType = UNSET,
 ) -> DepartmentRead:
     """Change the limits given (None lifts one); those left out keep their value."""
-    async with transaction(settings) as db:
+    audit: list[AuditEntry] = []
+    async with transaction(settings, audit) as db:
         service = DepartmentService(db)
         row = await service.by_slug(slug)
+        before = department_read(row)
         update = DepartmentUpdate(
             monthly_token_quota=monthly_token_quota,
             requests_per_minute=requests_per_minute,
@@ -83,16 +127,20 @@ async def set_quota(
             concurrent_requests=concurrent_requests,
             audit_bodies=audit_bodies,
         )
-        return department_read(await service.update(row.id, update))
+        after = department_read(await service.update(row.id, update))
+        audit.append(action_entry(CLI, "department.update", "department", row.id, before, after))
+        return after
 
 
 async def create_key(
     settings: Settings, slug: str, name: str, models: list[str] | None, expires_days: int | None
 ) -> str:
-    async with transaction(settings) as db:
+    audit: list[AuditEntry] = []
+    async with transaction(settings, audit) as db:
         department = await DepartmentService(db).by_slug(slug)
         data = KeyCreate(department.id, name, models, expiry_from_days(expires_days))
-        key, _ = await KeyService(db, resolve_secret_key(settings)).create(data)
+        key, row = await KeyService(db, resolve_secret_key(settings)).create(data)
+        audit.append(action_entry(CLI, "key.create", "api_key", row.id, None, key_read(row)))
         return key
 
 

@@ -7,6 +7,7 @@ from collections.abc import AsyncGenerator
 from litestar import Request
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from gateway.domain.audit.events import submit_pending
 from gateway.domain.identity.guards import SAFE_METHODS, principal_of
 from gateway.domain.identity.principal import Principal
 from gateway.state import GatewayState
@@ -22,10 +23,12 @@ async def provide_db(request: Request) -> AsyncGenerator[AsyncSession, None]:
 
     A write under /api/admin moves the config generation once it has committed, so cached
     key and department lookups are read afresh by the next request (on every replica).
+    Admin actions the handler recorded go to the audit log then too, and only then.
     """
     state = provide_state(request)
     async with state.db.begin() as db:
         yield db
+    submit_pending(request, state.audit)
     if request.method not in SAFE_METHODS and request.url.path.startswith("/api/admin/"):
         await state.generation.bump()
 

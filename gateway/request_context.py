@@ -1,5 +1,10 @@
 """A request id per request, bound to the log context and echoed back; one log line each.
 
+The id is always the gateway's own: it names the audit record, and spool replay matches
+records by it, so a caller must not be able to choose it. A caller's own ``X-Request-Id``
+(if plain) is kept beside it as ``client_request_id`` (log context, audit record) and
+echoed back in ``X-Client-Request-Id``.
+
 Two ways in use it: the ASGI middleware around Litestar's routes, and the OpenAI API's own
 entry (`gateway.domain.proxy.entry`), which runs ahead of Litestar's stack.
 """
@@ -16,6 +21,7 @@ import structlog
 from litestar.types import ASGIApp, HTTPScope, Message, Receive, Scope, Send
 
 REQUEST_ID_HEADER = b"x-request-id"
+CLIENT_REQUEST_ID_HEADER = b"x-client-request-id"
 # Accept a caller's id only if it is short and plain, so it is safe to log and echo.
 _VALID_ID = re.compile(rb"^[A-Za-z0-9._:-]{1,128}$")
 
@@ -23,13 +29,18 @@ log = structlog.get_logger("gateway.access")
 
 
 def begin_request(scope: Scope, headers: Mapping[bytes, bytes]) -> str:
-    """The request's id (the caller's if it is plain, else a new one), bound to the log
-    context and put in the scope's state."""
+    """A new id for the request, bound to the log context and put in the scope's state,
+    with the caller's own id (when it is plain) beside it."""
+    request_id = f"req-{uuid.uuid4().hex}"
     incoming = headers.get(REQUEST_ID_HEADER, b"")
-    request_id = incoming.decode() if _VALID_ID.match(incoming) else f"req-{uuid.uuid4().hex}"
+    client_request_id = incoming.decode() if _VALID_ID.match(incoming) else ""
     structlog.contextvars.clear_contextvars()
     structlog.contextvars.bind_contextvars(request_id=request_id)
-    scope.setdefault("state", {})["request_id"] = request_id
+    state = scope.setdefault("state", {})
+    state["request_id"] = request_id
+    if client_request_id:
+        structlog.contextvars.bind_contextvars(client_request_id=client_request_id)
+        state["client_request_id"] = client_request_id
     return request_id
 
 
@@ -46,14 +57,15 @@ def end_request(method: str, path: str, status: int, started: float) -> None:
 
 
 class ReplyWithId:
-    """The ASGI ``send`` of one request: adds the request id to the response head and
+    """The ASGI ``send`` of one request: adds the request ids to the response head and
     remembers the status (500 until a head is sent)."""
 
-    __slots__ = ("request_id", "send", "started", "status")
+    __slots__ = ("client_request_id", "request_id", "send", "started", "status")
 
-    def __init__(self, send: Send, request_id: str) -> None:
+    def __init__(self, send: Send, request_id: str, client_request_id: str = "") -> None:
         self.send = send
         self.request_id = request_id
+        self.client_request_id = client_request_id
         self.status = 500
         self.started = False
 
@@ -63,8 +75,18 @@ class ReplyWithId:
             self.started = True
             headers = list(message.get("headers", []))
             headers.append((REQUEST_ID_HEADER, self.request_id.encode()))
+            if self.client_request_id:
+                headers.append((CLIENT_REQUEST_ID_HEADER, self.client_request_id.encode()))
             message = {**message, "headers": headers}
         await self.send(message)
+
+
+def reply_for(
+    scope: Scope, send: Send, headers: Mapping[bytes, bytes] | None = None
+) -> ReplyWithId:
+    """Begin the request and wrap its ``send`` to echo both ids."""
+    request_id = begin_request(scope, dict(scope["headers"]) if headers is None else headers)
+    return ReplyWithId(send, request_id, str(scope["state"].get("client_request_id", "")))
 
 
 def request_id_middleware(app: ASGIApp) -> ASGIApp:
@@ -74,7 +96,7 @@ def request_id_middleware(app: ASGIApp) -> ASGIApp:
             return
         http_scope = cast(HTTPScope, scope)
         started = time.perf_counter()
-        reply = ReplyWithId(send, begin_request(scope, dict(scope["headers"])))
+        reply = reply_for(scope, send)
         try:
             await app(scope, receive, reply)
         finally:

@@ -66,6 +66,9 @@ class Settings:
     audit_body_max_bytes: int = 65536
     # 0 keeps audit records forever; otherwise a job deletes older ones (the chain's anchor kept).
     audit_retention_days: int = 0
+    # Where each committed audit batch's head (seq, hash) is appended; empty: under data_dir.
+    # Worth most on storage the database's administrator cannot rewrite (docs/audit.md).
+    audit_head_file: str = ""
     otlp_endpoint: str = ""
     # Gateway processes on one listening socket (uvicorn's supervisor starts them): one per
     # core the gateway may have. More than one needs what they share to be outside them.
@@ -127,6 +130,13 @@ class Settings:
     def audit_spool_dir(self) -> Path:
         """Where audit records wait, append-only, while the database is unreachable."""
         return self.data_dir / "audit-spool"
+
+    @property
+    def audit_head_path(self) -> Path:
+        """The append-only log of the audit chain's heads (see gateway.domain.audit.head_log)."""
+        return (
+            Path(self.audit_head_file) if self.audit_head_file else self.data_dir / "audit-head.log"
+        )
 
     @property
     def base_url(self) -> str:

@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from gateway.config_generation import ConfigGeneration
 from gateway.db.engine import create_engine, session_factory
 from gateway.domain.audit.retention import retention_loop
+from gateway.domain.audit.seal import ChainSeal
 from gateway.domain.audit.writer import AuditWriter
 from gateway.domain.identity.key_cache import KeySnapshots
 from gateway.domain.identity.oidc import OidcClient
@@ -59,14 +60,16 @@ class GatewayState:
             if redis
             else DatabaseSessionStore(factory, lifetimes)
         )
+        secret_key = resolve_secret_key(settings)
+        seal = ChainSeal.build(secret_key, settings.audit_head_path)
         return cls(
             settings,
-            resolve_secret_key(settings),
+            secret_key,
             engine,
             factory,
             sessions,
             password_hasher(),
-            AuditWriter(factory, settings.audit_spool_dir),
+            AuditWriter(factory, settings.audit_spool_dir, seal),
             redis,
             OidcClient(settings) if settings.oidc_issuer else None,
         )
@@ -75,7 +78,7 @@ class GatewayState:
         await self.audit.start()
         if self.settings.audit_retention_days > 0:
             days = self.settings.audit_retention_days
-            self.retention = asyncio.create_task(retention_loop(self.db, days))
+            self.retention = asyncio.create_task(retention_loop(self.db, days, self.audit.seal))
 
     async def close(self) -> None:
         if self.retention is not None:

@@ -20,14 +20,18 @@ def test_health_answers_ok() -> None:
     assert response.json() == {"status": "ok", "version": __version__}
 
 
-def test_request_id_is_echoed_and_generated() -> None:
+def test_request_id_is_always_ours_and_the_callers_is_echoed_apart() -> None:
     with TestClient(app=create_app(Settings())) as client:
         echoed = client.get("/health", headers={"X-Request-Id": "abc-123"})
         generated = client.get("/health")
         hostile = client.get("/health", headers={"X-Request-Id": "bad id\nwith newline"})
-    assert echoed.headers["x-request-id"] == "abc-123"
+    assert echoed.headers["x-request-id"].startswith("req-")
+    assert echoed.headers["x-client-request-id"] == "abc-123"
     assert generated.headers["x-request-id"].startswith("req-")
+    assert "x-client-request-id" not in generated.headers
     assert hostile.headers["x-request-id"].startswith("req-")
+    assert "x-client-request-id" not in hostile.headers
+    assert len({r.headers["x-request-id"] for r in (echoed, generated, hostile)}) == 3
 
 
 def test_access_line_is_json_with_request_id_and_no_secrets() -> None:
@@ -44,7 +48,8 @@ def test_access_line_is_json_with_request_id_and_no_secrets() -> None:
         structlog.reset_defaults()
     lines = [json.loads(line) for line in stream.getvalue().splitlines() if line.startswith("{")]
     access = [line for line in lines if line.get("event") == "request"]
-    assert access and access[0]["request_id"] == "rid-1"
+    assert access and access[0]["client_request_id"] == "rid-1"
+    assert access[0]["request_id"].startswith("req-")
     assert access[0]["path"] == "/health" and access[0]["status"] == 200
     probe = next(line for line in lines if line.get("event") == "probe")
     assert probe["authorization"] == "[redacted]" and probe["api_key"] == "[redacted]"

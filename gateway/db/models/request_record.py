@@ -12,9 +12,11 @@ from gateway.db.base import Base
 class RequestRecord(Base):
     """One API request through the gateway, whatever its outcome: the audit log.
 
-    Records are hash-chained in ``seq`` order: ``hash`` covers every other column and the
-    previous record's hash (``prev_hash``), so a changed or removed row breaks the chain
-    (``enclave audit verify``). Who asked is a snapshot, hence no foreign keys.
+    Records are hash-chained in ``seq`` order: ``hash`` (an HMAC keyed from the gateway's
+    secret) covers every other column and the previous record's hash (``prev_hash``), so a
+    changed or removed row breaks the chain (``enclave audit verify``). Who asked is a
+    snapshot, hence no foreign keys. Admin actions and sign-ins are records here too
+    (``action`` other than "api.request"), so one chain covers everything audited.
     """
 
     __tablename__ = "request_records"
@@ -22,6 +24,7 @@ class RequestRecord(Base):
         Index("ix_request_records_department_created", "department_id", "created_at"),
         Index("ix_request_records_user_created", "user_id", "created_at"),
         Index("ix_request_records_key_created", "api_key_id", "created_at"),
+        Index("ix_request_records_action_created", "action", "created_at"),
     )
 
     # Assigned by the audit writer under the chain lock, not by the database.
@@ -51,6 +54,15 @@ class RequestRecord(Base):
     # Only when the department turned bodies on; capped at ENCLAVE_AUDIT_BODY_MAX_BYTES.
     prompt_body: Mapped[str | None] = mapped_column(Text, default=None)
     response_body: Mapped[str | None] = mapped_column(Text, default=None)
+    # What the record is: "api.request" for traffic, dotted admin and sign-in actions
+    # ("key.revoke", "auth.login_failed") with what they touched and what changed.
+    action: Mapped[str] = mapped_column(String(100), default="api.request")
+    target_type: Mapped[str] = mapped_column(String(50), default="")
+    target_id: Mapped[str] = mapped_column(String(100), default="")
+    # JSON text ({"before": ..., "after": ...}); never secrets, key hashes or passwords.
+    details: Mapped[str | None] = mapped_column(Text, default=None)
+    # The caller's own X-Request-Id, kept apart: request_id is always the gateway's.
+    client_request_id: Mapped[str] = mapped_column(String(128), default="")
     prev_hash: Mapped[str] = mapped_column(String(64))
     hash: Mapped[str] = mapped_column(String(64), unique=True)
 
@@ -69,3 +81,6 @@ class AuditChain(Base):
     head_hash: Mapped[str] = mapped_column(String(64))
     anchor_seq: Mapped[int] = mapped_column(BigInteger, default=0)
     anchor_hash: Mapped[str] = mapped_column(String(64))
+    # Records from this seq on are HMAC-keyed; earlier ones (written before keying existed)
+    # are plain SHA-256. Set once by the migration that introduced keying.
+    keyed_from_seq: Mapped[int] = mapped_column(BigInteger, default=1)

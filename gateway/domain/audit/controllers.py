@@ -1,4 +1,5 @@
-"""`/api/admin/audit`: search the request log and export it as CSV (admins only)."""
+"""`/api/admin/audit`: search the audit log (requests and admin actions) and export it as CSV
+(admins only)."""
 
 from __future__ import annotations
 
@@ -30,10 +31,20 @@ def provide_filters(
     api_key_id: Query = None,
     status: Query = None,
     request_id: Query = None,
+    action: Query = None,
+    client_request_id: Query = None,
 ) -> query.AuditFilter:
     """The filters search and export share, from the query string."""
     return query.AuditFilter.parse(
-        since, until, department_id, user_id, api_key_id, status, request_id
+        since,
+        until,
+        department_id,
+        user_id,
+        api_key_id,
+        status,
+        request_id,
+        action,
+        client_request_id,
     )
 
 

@@ -1,8 +1,9 @@
-"""One request's audit record before it is chained, and how it travels through the spool.
+"""One audit record before it is chained, and how it travels through the spool.
 
-The proxy builds an :class:`AuditEntry` when a request ends; the writer gives it a place in
-the chain (seq, prev_hash, hash) when it reaches the database. Until then it may sit in the
-spool file as one JSON line.
+The proxy builds an :class:`AuditEntry` when a request ends (admin actions and sign-ins
+build theirs in ``events``); the writer gives it a place in the chain (seq, prev_hash,
+hash) when it reaches the database. Until then it may sit in the spool file as one JSON
+line.
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ STRING_LIMITS = {
     "upstream": 300,
     "reason": 200,
     "error": 1000,
+    "action": 100,
+    "target_type": 50,
+    "target_id": 100,
+    "client_request_id": 128,
 }
 INT32_MAX = 2**31 - 1
 UUID_FIELDS = ("user_id", "api_key_id", "department_id")
@@ -60,6 +65,11 @@ class AuditEntry:
     error: str = ""
     prompt_body: str | None = None
     response_body: str | None = None
+    action: str = "api.request"
+    target_type: str = ""
+    target_id: str = ""
+    details: str | None = None  # JSON text
+    client_request_id: str = ""
 
     def plain(self) -> dict[str, Any]:
         """JSON-ready values: datetimes as UTC ISO 8601, UUIDs as strings."""
@@ -89,7 +99,7 @@ class AuditEntry:
         values["created_at"] = to_utc(self.created_at)
         for name, limit in STRING_LIMITS.items():
             values[name] = _clean(str(values[name] or ""))[:limit]
-        for name in ("prompt_body", "response_body"):
+        for name in ("prompt_body", "response_body", "details"):
             if values[name] is not None:
                 values[name] = _clean(values[name])
         for name in INT_FIELDS:
@@ -102,6 +112,13 @@ class AuditEntry:
 
 
 FIELD_NAMES = tuple(f.name for f in dataclasses.fields(AuditEntry))
+# The columns records had before the chain was keyed (migration 0003): what their plain
+# SHA-256 hashes cover.
+UNKEYED_FIELD_NAMES = tuple(
+    name
+    for name in FIELD_NAMES
+    if name not in {"action", "target_type", "target_id", "details", "client_request_id"}
+)
 
 
 def to_utc(moment: datetime) -> datetime:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from collections.abc import AsyncIterator
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -38,6 +39,8 @@ def _cells(record: object) -> list[str]:
         value = getattr(record, name)
         if value is None:
             cells.append("")
+        elif isinstance(value, dict):
+            cells.append(json.dumps(value, sort_keys=True, ensure_ascii=False))
         elif hasattr(value, "isoformat"):
             cells.append(value.isoformat())
         else:

@@ -18,6 +18,7 @@ from gateway.db.models import RequestRecord
 from gateway.domain.audit.entry import to_utc
 
 _PLUS_AS_SPACE = re.compile(r"(T[\d:.]+) (\d{2}:?\d{2})$")
+_ACTION = re.compile(r"^[a-z_]+(\.[a-z_]+)*(\.\*)?$")
 MAX_PAGE_SIZE = 500
 DEFAULT_PAGE_SIZE = 100
 
@@ -31,6 +32,8 @@ class AuditFilter:
     api_key_id: uuid.UUID | None = None
     status: int | None = None
     request_id: str | None = None
+    action: str | None = None  # exact, or "key.*" for every key action
+    client_request_id: str | None = None
 
     @classmethod
     def parse(
@@ -42,6 +45,8 @@ class AuditFilter:
         api_key_id: str | None = None,
         status: str | None = None,
         request_id: str | None = None,
+        action: str | None = None,
+        client_request_id: str | None = None,
     ) -> AuditFilter:
         return cls(
             since=_datetime("since", since),
@@ -51,6 +56,8 @@ class AuditFilter:
             api_key_id=_uuid("api_key_id", api_key_id),
             status=_int("status", status, 100, 599),
             request_id=request_id or None,
+            action=_action(action),
+            client_request_id=client_request_id or None,
         )
 
     def apply(self, statement: Select[Any]) -> Select[Any]:
@@ -63,6 +70,8 @@ class AuditFilter:
             (self.api_key_id, lambda v: r.api_key_id == v),
             (self.status, lambda v: r.status_code == v),
             (self.request_id, lambda v: r.request_id == v),
+            (self.action, _action_condition),
+            (self.client_request_id, lambda v: r.client_request_id == v),
         ]
         for value, condition in conditions:
             if value is not None:
@@ -85,6 +94,20 @@ def newest_first(filters: AuditFilter, after: int | None, limit: int) -> Select[
     if after is not None:
         statement = statement.where(RequestRecord.seq < after)
     return statement.order_by(RequestRecord.seq.desc()).limit(limit)
+
+
+def _action(raw: str | None) -> str | None:
+    if not raw:
+        return None
+    if not _ACTION.match(raw):
+        raise ValueError(f"action: not an action such as 'key.revoke' or 'key.*': {raw!r}")
+    return raw
+
+
+def _action_condition(action: str) -> Any:
+    if action.endswith(".*"):
+        return RequestRecord.action.startswith(action[:-1], autoescape=True)
+    return RequestRecord.action == action
 
 
 def _datetime(name: str, raw: str | None) -> datetime | None:

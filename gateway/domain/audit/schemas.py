@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import datetime
+from typing import Any
 
 import msgspec
 
@@ -34,6 +36,12 @@ class RecordRead(msgspec.Struct):
     upstream: str
     reason: str
     error: str
+    action: str
+    target_type: str
+    target_id: str
+    # What an admin action changed: {"before": {...}, "after": {...}}; null for requests.
+    details: dict[str, Any] | None
+    client_request_id: str
     hash: str
 
 
@@ -47,12 +55,15 @@ LISTED_FIELDS = tuple(RecordRead.__struct_fields__)
 
 
 def to_read(record: RequestRecord) -> RecordRead:
-    values = {name: getattr(record, name) for name in LISTED_FIELDS}
-    values["created_at"] = to_utc(record.created_at)
-    return RecordRead(**values)
+    return RecordRead(**_values(record, LISTED_FIELDS))
 
 
 def to_detail(record: RequestRecord) -> RecordDetail:
-    values = {name: getattr(record, name) for name in RecordDetail.__struct_fields__}
+    return RecordDetail(**_values(record, RecordDetail.__struct_fields__))
+
+
+def _values(record: RequestRecord, names: tuple[str, ...]) -> dict[str, Any]:
+    values = {name: getattr(record, name) for name in names}
     values["created_at"] = to_utc(record.created_at)
-    return RecordDetail(**values)
+    values["details"] = json.loads(record.details) if record.details else None
+    return values

@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.domain.audit import store
 from gateway.domain.audit.entry import AuditEntry
+from gateway.domain.audit.seal import ChainSeal
 from gateway.domain.audit.spool import Spool
 
 log = structlog.get_logger("gateway.audit")
@@ -33,6 +34,7 @@ class AuditWriter:
         self,
         db: async_sessionmaker[AsyncSession],
         spool_dir: Path,
+        seal: ChainSeal,
         *,
         batch_size: int = 256,
         flush_interval: float = 0.05,
@@ -44,6 +46,7 @@ class AuditWriter:
         if min(flush_interval, retry_interval, write_timeout) < 0:
             raise ValueError("intervals must not be negative")
         self._db = db
+        self._seal = seal
         self._spool = Spool(spool_dir)
         self.batch_size = batch_size
         self.flush_interval = flush_interval
@@ -66,6 +69,10 @@ class AuditWriter:
     def pending(self) -> int:
         """Entries submitted and neither written nor spooled yet."""
         return len(self._queue) + self._in_flight
+
+    @property
+    def seal(self) -> ChainSeal:
+        return self._seal
 
     @property
     def spooled(self) -> int:
@@ -167,7 +174,7 @@ class AuditWriter:
             return False  # behind the spool, to keep the order
         try:
             await asyncio.wait_for(
-                store.append(self._db, batch, skip_recorded=False), self.write_timeout
+                store.append(self._db, batch, self._seal, skip_recorded=False), self.write_timeout
             )
         except Exception as exc:
             self._mark_down(exc)
@@ -182,7 +189,7 @@ class AuditWriter:
                 entries = await asyncio.to_thread(self._spool.read, path)
                 for start in range(0, len(entries), self.batch_size):
                     chunk = entries[start : start + self.batch_size]
-                    task = store.append(self._db, chunk, skip_recorded=True)
+                    task = store.append(self._db, chunk, self._seal, skip_recorded=True)
                     total += await asyncio.wait_for(task, self.write_timeout)
                 await asyncio.to_thread(self._spool.remove, path)
         except Exception as exc:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import uuid
 
-from litestar import Controller, delete, get, patch, post
+from litestar import Controller, Request, delete, get, patch, post
 from litestar.di import NamedDependency
 from litestar.params import FromPath, FromQuery, JSONBody
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from gateway.domain.audit.events import record_admin_action
 from gateway.domain.departments.schemas import (
     DepartmentCreate,
     DepartmentRead,
@@ -36,9 +37,11 @@ class DepartmentController(Controller):
 
     @post("/")
     async def create_department(
-        self, db: NamedDependency[AsyncSession], data: JSONBody[DepartmentCreate]
+        self, request: Request, db: NamedDependency[AsyncSession], data: JSONBody[DepartmentCreate]
     ) -> DepartmentRead:
-        return to_read(await DepartmentService(db).create(data))
+        created = to_read(await DepartmentService(db).create(data))
+        record_admin_action(request, "department.create", "department", created.id, None, created)
+        return created
 
     @get("/{department_id:uuid}")
     async def get_department(
@@ -49,11 +52,18 @@ class DepartmentController(Controller):
     @patch("/{department_id:uuid}")
     async def update_department(
         self,
+        request: Request,
         db: NamedDependency[AsyncSession],
         department_id: FromPath[uuid.UUID],
         data: JSONBody[DepartmentUpdate],
     ) -> DepartmentRead:
-        return to_read(await DepartmentService(db).update(department_id, data))
+        service = DepartmentService(db)
+        before = to_read(await service.get(department_id))
+        after = to_read(await service.update(department_id, data))
+        record_admin_action(
+            request, "department.update", "department", department_id, before, after
+        )
+        return after
 
 
 class GroupMappingController(Controller):
@@ -71,13 +81,19 @@ class GroupMappingController(Controller):
 
     @post("/")
     async def create_mapping(
-        self, db: NamedDependency[AsyncSession], data: JSONBody[GroupMappingCreate]
+        self,
+        request: Request,
+        db: NamedDependency[AsyncSession],
+        data: JSONBody[GroupMappingCreate],
     ) -> GroupMappingRead:
         row = await DepartmentService(db).map_group(data)
-        return GroupMappingRead(row.id, row.group, row.department_id)
+        created = GroupMappingRead(row.id, row.group, row.department_id)
+        record_admin_action(request, "group_mapping.create", "group_mapping", row.id, None, created)
+        return created
 
     @delete("/{mapping_id:uuid}")
     async def delete_mapping(
-        self, db: NamedDependency[AsyncSession], mapping_id: FromPath[uuid.UUID]
+        self, request: Request, db: NamedDependency[AsyncSession], mapping_id: FromPath[uuid.UUID]
     ) -> None:
-        await DepartmentService(db).unmap_group(mapping_id)
+        removed = await DepartmentService(db).unmap_group(mapping_id)
+        record_admin_action(request, "group_mapping.delete", "group_mapping", mapping_id, removed)

@@ -97,11 +97,14 @@ class DepartmentService:
         await self.db.flush()
         return row
 
-    async def unmap_group(self, mapping_id: uuid.UUID) -> None:
+    async def unmap_group(self, mapping_id: uuid.UUID) -> GroupMappingRead:
+        """Remove a mapping; returns what it was (for the audit log)."""
         row = await self.db.get(GroupMapping, mapping_id)
         if row is None:
             raise NotFoundError("no such group mapping")
+        removed = GroupMappingRead(row.id, row.group, row.department_id)
         await self.db.delete(row)
+        return removed
 
     async def list_mappings(self, after: str | None, limit: int) -> Page[GroupMappingRead]:
         statement = page_query(select(GroupMapping), GroupMapping.id, after, limit)

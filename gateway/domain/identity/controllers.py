@@ -12,6 +12,7 @@ from litestar.params import FromQuery, JSONBody, QueryParameter
 from litestar.response import Redirect
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from gateway.domain.audit import events
 from gateway.domain.identity import me, sso
 from gateway.domain.identity.guards import require_user, require_user_or_key
 from gateway.domain.identity.pending_login import LOGIN_COOKIE
@@ -51,11 +52,19 @@ class IdentityController(Controller):
     @post("/auth/local/login", status_code=200)
     async def local_login(
         self,
+        request: Request,
         data: JSONBody[LocalLogin],
         db: NamedDependency[AsyncSession],
         gateway: NamedDependency[GatewayState],
     ) -> Response[SignedIn]:
-        user = await UserService(db).check_local_login(gateway.hasher, data.email, data.password)
+        try:
+            user = await UserService(db).check_local_login(
+                gateway.hasher, data.email, data.password
+            )
+        except PermissionError:
+            events.record_login_failed(request, gateway.audit, data.email, method="local")
+            raise
+        events.record_auth_event(request, gateway.audit, "auth.login", user=user, method="local")
         session_id, session = await gateway.sessions.create(user.id)
         max_age = gateway.settings.session_absolute_hours * 3600
         return Response(
@@ -64,9 +73,13 @@ class IdentityController(Controller):
 
     @post("/auth/logout", guards=[require_user], status_code=200)
     async def logout(
-        self, principal: NamedDependency[Principal], gateway: NamedDependency[GatewayState]
+        self,
+        request: Request,
+        principal: NamedDependency[Principal],
+        gateway: NamedDependency[GatewayState],
     ) -> Response[SignedOut]:
         await gateway.sessions.delete(principal.session_id)
+        events.record_auth_event(request, gateway.audit, "auth.logout")
         return Response(
             SignedOut(redirect=await me.after_logout_url(gateway, principal)),
             cookies=[session_cookie(gateway, "", 0)],
@@ -95,4 +108,12 @@ class OidcController(Controller):
         login_state: Annotated[str, QueryParameter(name="state")],
     ) -> Redirect:
         cookie = request.cookies.get(LOGIN_COOKIE, "")
-        return await sso.complete(gateway, db, cookie, login_state, code)
+        try:
+            redirect, user = await sso.complete(gateway, db, cookie, login_state, code)
+        except Exception as exc:
+            events.record_login_failed(
+                request, gateway.audit, "", method="oidc", error=type(exc).__name__
+            )
+            raise
+        events.record_auth_event(request, gateway.audit, "auth.login", user=user, method="oidc")
+        return redirect

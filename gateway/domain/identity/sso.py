@@ -7,6 +7,7 @@ from litestar.exceptions import NotFoundException
 from litestar.response import Redirect
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from gateway.db.models import User
 from gateway.domain.identity import pending_login
 from gateway.domain.identity.oidc import OidcClient
 from gateway.domain.identity.pending_login import LOGIN_COOKIE, LOGIN_TTL_SECONDS, PendingLogin
@@ -42,7 +43,8 @@ async def begin(gateway: GatewayState) -> Redirect:
 
 async def complete(
     gateway: GatewayState, db: AsyncSession, cookie: str, state: str, code: str
-) -> Redirect:
+) -> tuple[Redirect, User]:
+    """The browser back from the IdP: a session for the user, and who signed in."""
     client = _client(gateway)
     pending = pending_login.decode(gateway.secret_key, cookie)
     claims = await client.finish(pending, state, code)
@@ -53,10 +55,11 @@ async def complete(
     await db.commit()  # the user must exist before a session can refer to it
     session_id, _ = await gateway.sessions.create(user.id, claims["_id_token"])
     max_age = settings.session_absolute_hours * 3600
-    return Redirect(
+    redirect = Redirect(
         settings.base_url + "/",
         cookies=[
             _cookie(gateway, SESSION_COOKIE, session_id, max_age),
             _cookie(gateway, LOGIN_COOKIE, "", 0),
         ],
     )
+    return redirect, user

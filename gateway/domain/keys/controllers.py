@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import uuid
 
-from litestar import Controller, get, patch, post
+from litestar import Controller, Request, get, patch, post
 from litestar.di import NamedDependency
 from litestar.params import FromPath, FromQuery, JSONBody
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from gateway.domain.audit.events import record_admin_action
 from gateway.domain.identity.guards import require_admin
 from gateway.domain.identity.principal import Principal
 from gateway.domain.keys.schemas import KeyCreate, KeyCreated, KeyRead, KeyRotate, KeyUpdate
@@ -39,36 +40,49 @@ class KeyController(Controller):
     @post("/")
     async def create_key(
         self,
+        request: Request,
         db: NamedDependency[AsyncSession],
         gateway: NamedDependency[GatewayState],
         principal: NamedDependency[Principal],
         data: JSONBody[KeyCreate],
     ) -> KeyCreated:
         key, row = await KeyService(db, gateway.secret_key).create(data, _actor(principal))
+        record_admin_action(request, "key.create", "api_key", row.id, None, to_read(row))
         return KeyCreated(key, to_read(row))
 
     @patch("/{key_id:uuid}")
     async def update_key(
         self,
+        request: Request,
         db: NamedDependency[AsyncSession],
         gateway: NamedDependency[GatewayState],
         key_id: FromPath[uuid.UUID],
         data: JSONBody[KeyUpdate],
     ) -> KeyRead:
-        return to_read(await KeyService(db, gateway.secret_key).update(key_id, data))
+        service = KeyService(db, gateway.secret_key)
+        before = to_read(await service.get(key_id))
+        after = to_read(await service.update(key_id, data))
+        record_admin_action(request, "key.update", "api_key", key_id, before, after)
+        return after
 
     @post("/{key_id:uuid}/revoke", status_code=200)
     async def revoke_key(
         self,
+        request: Request,
         db: NamedDependency[AsyncSession],
         gateway: NamedDependency[GatewayState],
         key_id: FromPath[uuid.UUID],
     ) -> KeyRead:
-        return to_read(await KeyService(db, gateway.secret_key).revoke(key_id))
+        service = KeyService(db, gateway.secret_key)
+        before = to_read(await service.get(key_id))
+        after = to_read(await service.revoke(key_id))
+        record_admin_action(request, "key.revoke", "api_key", key_id, before, after)
+        return after
 
     @post("/{key_id:uuid}/rotate", status_code=201)
     async def rotate_key(
         self,
+        request: Request,
         db: NamedDependency[AsyncSession],
         gateway: NamedDependency[GatewayState],
         principal: NamedDependency[Principal],
@@ -76,5 +90,10 @@ class KeyController(Controller):
         data: JSONBody[KeyRotate],
     ) -> KeyCreated:
         service = KeyService(db, gateway.secret_key)
+        before = to_read(await service.get(key_id))
         key, row = await service.rotate(key_id, data.grace_seconds, _actor(principal))
+        after = to_read(await service.get(key_id))
+        record_admin_action(
+            request, "key.rotate", "api_key", key_id, before, after, new_key_id=str(row.id)
+        )
         return KeyCreated(key, to_read(row))

@@ -24,7 +24,7 @@ from gateway.domain.identity.middleware import PRINCIPAL_KEY, principal_of
 from gateway.domain.proxy.asgi_io import send_error
 from gateway.domain.proxy.handlers import API_ROUTES, refuse_unresolved
 from gateway.domain.proxy.openai_errors import ApiError
-from gateway.request_context import ReplyWithId, begin_request, end_request
+from gateway.request_context import end_request, reply_for
 
 if TYPE_CHECKING:
     from gateway.state import GatewayState
@@ -53,7 +53,7 @@ async def serve_api(
 ) -> None:
     started = time.perf_counter()
     headers = dict(scope["headers"])
-    reply = ReplyWithId(send, begin_request(scope, headers))
+    reply = reply_for(scope, send, headers)
     try:
         try:
             principal = await principal_of(state, headers)

@@ -44,6 +44,7 @@ class Exchange:
     upstream: str = ""
     prompt_body: str | None = None
     finished: bool = False
+    client_request_id: str = ""  # the caller's X-Request-Id, if it sent a plain one
 
     @property
     def keeps_bodies(self) -> bool:
@@ -113,6 +114,7 @@ class Exchange:
         return AuditEntry(
             created_at=self.started_at,
             request_id=self.request_id,
+            client_request_id=self.client_request_id,
             status_code=status,
             endpoint=self.endpoint,
             model=self.model,

@@ -263,6 +263,7 @@ def _exchange(scope: Scope, endpoint: str, headers: dict[bytes, bytes]) -> Excha
         client[0] if client else "",
         headers.get(b"user-agent", b"").decode("latin-1"),
         started=time.perf_counter(),
+        client_request_id=str(state.get("client_request_id", "")),
     )
 
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import uuid
 
-from litestar import Controller, get, patch
+from litestar import Controller, Request, get, patch
 from litestar.di import NamedDependency
 from litestar.params import FromPath, FromQuery, JSONBody
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from gateway.domain.audit.events import record_admin_action
 from gateway.domain.identity.guards import require_admin
 from gateway.domain.pagination import Page
 from gateway.domain.users.schemas import UserRead, UserUpdate
@@ -31,8 +32,13 @@ class UserController(Controller):
     @patch("/{user_id:uuid}")
     async def update_user(
         self,
+        request: Request,
         db: NamedDependency[AsyncSession],
         user_id: FromPath[uuid.UUID],
         data: JSONBody[UserUpdate],
     ) -> UserRead:
-        return to_read(await UserService(db).update(user_id, data))
+        service = UserService(db)
+        before = to_read(await service.get(user_id))
+        after = to_read(await service.update(user_id, data))
+        record_admin_action(request, "user.update", "user", user_id, before, after)
+        return after

@@ -14,8 +14,11 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.db.engine import create_engine, session_factory
 from gateway.domain.audit.entry import AuditEntry
+from gateway.domain.audit.seal import ChainSeal
 from gateway.domain.audit.verify import VerifyResult, verify_chain
 from gateway.domain.audit.writer import AuditWriter
+from gateway.secret_store import resolve_secret_key
+from gateway.settings import Settings
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 
@@ -50,11 +53,19 @@ async def sessions(url: str) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
         await engine.dispose()
 
 
+def seal_for(data_dir: Path) -> ChainSeal:
+    """The seal a gateway (or the CLI) with ``ENCLAVE_DATA_DIR=data_dir`` uses: the secret
+    generated there and the head log beside it."""
+    settings = Settings(data_dir=data_dir)
+    return ChainSeal.build(resolve_secret_key(settings), settings.audit_head_path)
+
+
 @asynccontextmanager
 async def running_writer(url: str, spool_dir: Path, **options: Any) -> AsyncIterator[AuditWriter]:
+    """A writer sealing as a gateway whose data directory holds ``spool_dir`` would."""
     options = {"batch_size": 50, "flush_interval": 0.005, "retry_interval": 0.1, **options}
     async with sessions(url) as db:
-        writer = AuditWriter(db, spool_dir, **options)
+        writer = AuditWriter(db, spool_dir, seal_for(spool_dir.parent), **options)
         await writer.start()
         try:
             yield writer
@@ -68,11 +79,12 @@ async def sql(url: str, statement: str) -> list[Any]:
         return list(result.all()) if statement.lstrip().upper().startswith("SELECT") else []
 
 
-async def verify(url: str) -> VerifyResult:
+async def verify(url: str, data_dir: Path) -> VerifyResult:
     async with sessions(url) as db, db() as session:
-        return await verify_chain(session)
+        return await verify_chain(session, seal_for(data_dir))
 
 
 async def request_ids_in_seq_order(url: str) -> list[str]:
-    rows = await sql(url, "SELECT request_id FROM request_records ORDER BY seq")
-    return [r[0] for r in rows]
+    """The API requests' ids (admin and prune records left out), in chain order."""
+    statement = "SELECT request_id FROM request_records WHERE action = 'api.request' ORDER BY seq"
+    return [r[0] for r in await sql(url, statement)]

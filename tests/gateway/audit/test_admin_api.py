@@ -21,6 +21,9 @@ from tests.gateway.audit.support import T0, entry, request_ids_in_seq_order
 from tests.gateway.helpers import ADMIN_EMAIL, embedded_gateway, sign_in
 
 DEPT_A, DEPT_B, KEY = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+# The set-up's admin records (admin, department, key) come first in the chain.
+SETUP = 3
+REQUESTS = {"action": "api.request"}
 
 
 def _entries() -> list[Any]:
@@ -40,7 +43,7 @@ def _all_pages(client: TestClient, **params: Any) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
     after = None
     while True:
-        query = {**params, **({"after": after} if after else {})}
+        query = {**REQUESTS, **params, **({"after": after} if after else {})}
         page = client.get("/api/admin/audit/", params=query)
         assert page.status_code == 200, page.text
         items += page.json()["items"]
@@ -63,13 +66,21 @@ def test_search_pages_export_and_guard(tmp_path: Path) -> None:
         assert client.get("/api/admin/audit/", headers=bearer).status_code == 401
         sign_in(client, ADMIN_EMAIL, gateway.admin_password)
 
-        first = client.get("/api/admin/audit/", params={"limit": 50}).json()
-        assert [r["seq"] for r in first["items"]] == list(range(120, 70, -1))  # newest first
-        assert first["next_cursor"] == "71"
+        first = client.get("/api/admin/audit/", params={"limit": 50, **REQUESTS}).json()
+        newest_first = list(range(120 + SETUP, 70 + SETUP, -1))
+        assert [r["seq"] for r in first["items"]] == newest_first
+        assert first["next_cursor"] == str(71 + SETUP)
         assert first["items"][0]["request_id"] == "t-119"
         assert "prompt_body" not in first["items"][0]  # bodies only with one record
         everything = _all_pages(client, limit=50)
-        assert [r["seq"] for r in everything] == list(range(120, 0, -1))
+        assert [r["seq"] for r in everything] == list(range(120 + SETUP, SETUP, -1))
+        # The same log, filtered by action: the set-up's CLI records, and a prefix match.
+        created = _all_pages(client, action="key.*")
+        assert [(r["action"], r["user_email"], r["seq"]) for r in created] == [
+            ("key.create", "cli", SETUP)
+        ]
+        assert created[0]["details"]["after"]["name"] == "ci"
+        assert _all_pages(client, action="department.create")[0]["target_type"] == "department"
 
         dept_a = _all_pages(client, department_id=str(DEPT_A), limit=7)
         assert len(dept_a) == 60 and {r["department_id"] for r in dept_a} == {str(DEPT_A)}
@@ -96,6 +107,7 @@ def test_search_pages_export_and_guard(tmp_path: Path) -> None:
             "status": "ok",
             "limit": "501",
             "after": "-3",
+            "action": "key revoke",
         }
         for name, value in bad.items():
             response = client.get("/api/admin/audit/", params={name: value})
@@ -104,7 +116,9 @@ def test_search_pages_export_and_guard(tmp_path: Path) -> None:
         response = client.get("/api/admin/audit/export.csv", params={"status": "x"})
         assert response.status_code == 400 and "status" in response.json()["detail"]
 
-        exported = client.get("/api/admin/audit/export.csv", params={"department_id": str(DEPT_B)})
+        exported = client.get(
+            "/api/admin/audit/export.csv", params={"department_id": str(DEPT_B), **REQUESTS}
+        )
         assert exported.status_code == 200
         assert exported.headers["content-type"].startswith("text/csv")
         rows = list(csv.DictReader(io.StringIO(exported.text)))
@@ -112,7 +126,7 @@ def test_search_pages_export_and_guard(tmp_path: Path) -> None:
         assert rows[0]["status_code"] == "200" and rows[0]["ttft_ms"] == "12.5"
         assert rows[0]["created_at"] == (T0 + timedelta(milliseconds=119)).isoformat()
 
-        detail = client.get("/api/admin/audit/8").json()  # seq 8 is t-7
+        detail = client.get(f"/api/admin/audit/{8 + SETUP}").json()  # t-7
         assert (detail["request_id"], detail["prompt_body"]) == ("t-7", "prompt 7")
         assert client.get("/api/admin/audit/999").status_code == 404
 

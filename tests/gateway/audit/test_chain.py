@@ -25,7 +25,7 @@ async def test_500_entries_make_500_rows_in_order_and_the_chain_verifies(
     assert await request_ids_in_seq_order(any_url) == [f"t-{n}" for n in range(500)]
     [(head_seq, head_hash)] = await sql(any_url, "SELECT head_seq, head_hash FROM audit_chain")
     assert head_seq == 500
-    result = await verify(any_url)
+    result = await verify(any_url, tmp_path)
     assert (result.ok, result.checked, result.bad_seq) == (True, 500, None)
     assert result.head_hash == head_hash
     # Values read back hash as they did when written (times, floats, NULLs survive the trip).
@@ -41,7 +41,7 @@ async def test_an_edited_row_is_named(any_url: str, tmp_path: Path) -> None:
         for n in range(300):
             writer.submit(entry(n))
     await sql(any_url, "UPDATE request_records SET completion_tokens = 1 WHERE seq = 137")
-    result = await verify(any_url)
+    result = await verify(any_url, tmp_path)
     assert (result.ok, result.bad_seq, result.checked) == (False, 137, 136)
     assert "changed" in result.reason
 
@@ -53,11 +53,11 @@ async def test_a_removed_row_is_named_and_so_is_a_removed_tail(
         for n in range(300):
             writer.submit(entry(n))
     await sql(any_url, "DELETE FROM request_records WHERE seq >= 290")
-    result = await verify(any_url)
+    result = await verify(any_url, tmp_path)
     assert (result.ok, result.bad_seq) == (False, 290)
     assert result.reason == "records 290 to 300 are missing"
     await sql(any_url, "DELETE FROM request_records WHERE seq = 250")
-    result = await verify(any_url)
+    result = await verify(any_url, tmp_path)
     assert (result.ok, result.bad_seq) == (False, 250)
     assert result.reason == "record 250 is missing (next is 251)"
 
@@ -70,10 +70,10 @@ async def test_a_rewritten_hash_breaks_the_link_to_the_next_row(
             writer.submit(entry(n))
     # Editing a row and giving it a fresh (but different) hash: its successor no longer links.
     await sql(any_url, "UPDATE request_records SET hash = '" + "f" * 64 + "' WHERE seq = 5")
-    result = await verify(any_url)
+    result = await verify(any_url, tmp_path)
     assert (result.ok, result.bad_seq) == (False, 5)
     await sql(any_url, "UPDATE request_records SET prev_hash = '" + "f" * 64 + "' WHERE seq = 6")
-    assert (await verify(any_url)).bad_seq == 5
+    assert (await verify(any_url, tmp_path)).bad_seq == 5
 
 
 def test_cli_verify_says_ok_then_names_the_broken_seq(

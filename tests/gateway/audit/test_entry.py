@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import uuid
 from datetime import timedelta, timezone
 from typing import Any
 
 import pytest
 
-from gateway.domain.audit.chain import GENESIS_HASH, record_hash
+from gateway.domain.audit.chain import GENESIS_HASH, chain_key, record_hash, unkeyed_hash
 from gateway.domain.audit.entry import AuditEntry, cap_body
 from tests.gateway.audit.support import entry
+
+NEW_COLUMNS = {"action", "target_type", "target_id", "details", "client_request_id"}
 
 
 def test_cap_body_keeps_short_text_and_cuts_long_text_between_characters() -> None:
@@ -56,12 +60,15 @@ def test_fitted_cuts_values_to_their_columns_before_they_are_hashed() -> None:
     assert fitted.fitted() == fitted
 
 
+KEY = chain_key("a test secret of at least thirty-two characters")
+
+
 def test_hash_covers_every_field_the_seq_and_the_previous_hash() -> None:
     base = entry(3)
-    reference = record_hash(GENESIS_HASH, 1, base)
-    assert reference == record_hash(GENESIS_HASH, 1, entry(3))  # deterministic
-    assert record_hash(GENESIS_HASH, 2, base) != reference
-    assert record_hash("1" * 64, 1, base) != reference
+    reference = record_hash(KEY, GENESIS_HASH, 1, base)
+    assert reference == record_hash(KEY, GENESIS_HASH, 1, entry(3))  # deterministic
+    assert record_hash(KEY, GENESIS_HASH, 2, base) != reference
+    assert record_hash(KEY, "1" * 64, 1, base) != reference
     changes: dict[str, Any] = {
         "created_at": base.created_at + timedelta(microseconds=1),
         "request_id": "other",
@@ -74,7 +81,30 @@ def test_hash_covers_every_field_the_seq_and_the_previous_hash() -> None:
         "prompt_body": "",
         "response_body": "x",
         "error": "boom",
+        "action": "key.revoke",
+        "target_type": "api_key",
+        "target_id": "k",
+        "details": "{}",
+        "client_request_id": "theirs",
     }
     for name, value in changes.items():
         changed = dataclasses.replace(base, **{name: value})
-        assert record_hash(GENESIS_HASH, 1, changed) != reference, name
+        assert record_hash(KEY, GENESIS_HASH, 1, changed) != reference, name
+
+
+def test_the_hash_is_keyed_and_records_from_before_keying_check_as_plain_sha256() -> None:
+    base = entry(3)
+    other_key = chain_key("another secret, just as long as the first one")
+    assert record_hash(other_key, GENESIS_HASH, 1, base) != record_hash(KEY, GENESIS_HASH, 1, base)
+    assert chain_key("s") != hashlib.sha256(b"s").digest() and len(chain_key("s")) == 32
+    # What the unkeyed chain (before migration 0003) stored: SHA-256 over the old columns.
+    old = {k: v for k, v in base.plain().items() if k not in NEW_COLUMNS}
+    canonical = json.dumps(
+        {**old, "seq": 1, "prev_hash": GENESIS_HASH},
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=True,
+    )
+    assert unkeyed_hash(GENESIS_HASH, 1, base) == hashlib.sha256(canonical.encode()).hexdigest()
+    with pytest.raises(ValueError, match="secret key"):
+        chain_key("")

@@ -60,7 +60,7 @@ async def test_postgres_down_then_back_spools_and_replays_exactly_once_in_order(
         await _until(lambda: writer.spooled == 0)
         await writer.flush()
     assert await request_ids_in_seq_order(postgres_url) == [f"t-{n}" for n in range(350)]
-    result = await verify(postgres_url)
+    result = await verify(postgres_url, tmp_path)
     assert (result.ok, result.checked) == (True, 350)
     assert not list(spool.iterdir())
     await proxy.stop()
@@ -93,7 +93,7 @@ async def test_a_spool_replayed_twice_writes_nothing_twice(
         assert again.spooled == 121
         await _until(lambda: again.spooled == 0)
     assert await request_ids_in_seq_order(postgres_url) == [f"t-{n}" for n in range(120)]
-    assert (await verify(postgres_url)).ok
+    assert (await verify(postgres_url, tmp_path)).ok
     [rejected] = list(spool.glob(f"*{REJECTED}"))  # the torn line is kept for a human
     assert rejected.read_text() == entry(999).to_json()[:40] + "\n"
 

@@ -1,4 +1,5 @@
-"""Two gateway processes writing to one Postgres at once make one valid chain."""
+"""Two gateway processes writing to one Postgres at once make one valid chain, and one
+consistent head log in their shared data directory."""
 
 from __future__ import annotations
 
@@ -51,5 +52,10 @@ def test_two_processes_interleave_into_one_valid_chain(postgres_url: str, tmp_pa
         assert [i for i in ids if i[0] == tag] == [f"{tag}-{n}" for n in range(COUNT)]
     switches = sum(1 for x, y in itertools.pairwise(ids) if x[0] != y[0])
     assert switches >= 3, f"the two writers hardly overlapped ({switches} switches)"
-    result = asyncio.run(verify(postgres_url))
+    result = asyncio.run(verify(postgres_url, tmp_path))
     assert (result.ok, result.checked) == (True, 2 * COUNT)
+    # Both appended their heads to the one head log; the highest is the chain's head.
+    assert result.recorded is not None
+    assert (result.recorded.seq, result.recorded.hash) == (2 * COUNT, result.head_hash)
+    lines = (tmp_path / "audit-head.log").read_text().splitlines()
+    assert len(lines) >= 2 * COUNT // 10 and all(len(line.split()) == 3 for line in lines)

@@ -27,6 +27,7 @@ from tests.gateway.oidc_provider import (
     RunningProvider,
     sign_in_at_provider,
 )
+from tests.gateway.traffic.conftest import read_records
 
 
 def _settings(tmp_path: Path, issuer: str, client_id: str = CLIENT_ID) -> Settings:
@@ -91,6 +92,15 @@ def test_two_users_land_in_their_departments_with_their_roles(
         assert alice["user"]["email"] == "alice@example.test"
         assert alice["user"]["role"] == "member" and alice["department"] == "research"
         assert client.get("/api/admin/users/").status_code == 403
+    # Each sign-in, the admin's change and the sign-out are in the audit chain.
+    records = asyncio.run(read_records(settings.effective_database_url, None))
+    assert [(r["action"], r["user_email"]) for r in records if r["user_email"] != "cli"] == [
+        ("auth.login", "bob@example.test"),
+        ("group_mapping.create", "bob@example.test"),
+        ("auth.logout", "bob@example.test"),
+        ("auth.login", "alice@example.test"),
+    ]
+    assert records[-1]["details"] == '{"method": "oidc"}'
 
 
 def test_tampered_state_and_replayed_code_are_refused(
@@ -107,6 +117,12 @@ def test_tampered_state_and_replayed_code_are_refused(
         client.cookies.set(LOGIN_COOKIE, str(cookie))
         replay = _callback(client, back)
         assert replay.status_code == 401 and "refused the login code" in replay.json()["detail"]
+    records = asyncio.run(read_records(settings.effective_database_url, None))
+    assert [r["action"] for r in records if r["action"].startswith("auth.")] == [
+        "auth.login_failed",
+        "auth.login",
+        "auth.login_failed",
+    ]
 
 
 def test_wrong_verifier_and_wrong_nonce_are_refused(

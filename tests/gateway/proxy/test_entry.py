@@ -46,9 +46,11 @@ def test_api_requests_keep_request_id_auth_limits_audit_and_the_log_line(
             with TestClient(app=app) as client:
                 caller = {"x-request-id": "api-1", "traceparent": f"00-{TRACE}-00f067aa0ba902b7-01"}
                 first = client.post("/v1/chat/completions", json=CHAT, headers={**auth, **caller})
-                assert first.status_code == 200 and first.headers["x-request-id"] == "api-1"
-                head = upstream.last_head.decode().lower()
-                assert "x-request-id: api-1" in head and "x-enclave-tenant: quality" in head
+                assert first.status_code == 200 and first.headers["x-client-request-id"] == "api-1"
+                ours = first.headers["x-request-id"]
+                assert ours.startswith("req-")
+                head = upstream.last_head.decode().lower()  # the worker sees our id
+                assert f"x-request-id: {ours}" in head and "x-enclave-tenant: quality" in head
                 assert f"traceparent: 00-{TRACE}-" in head  # no exporter, the trace goes on
                 assert first.headers["x-ratelimit-limit-requests"] == "1"
                 assert "data: [DONE]" in first.text
@@ -68,7 +70,8 @@ def test_api_requests_keep_request_id_auth_limits_audit_and_the_log_line(
                 failed = client.post(
                     "/v1/chat/completions", json=CHAT, headers={**auth, "x-request-id": "api-5"}
                 )
-                assert failed.status_code == 500 and failed.headers["x-request-id"] == "api-5"
+                assert failed.status_code == 500
+                assert failed.headers["x-client-request-id"] == "api-5"
                 assert failed.json()["error"]["type"] == "api_error"
     finally:
         structlog.reset_defaults()
@@ -80,7 +83,8 @@ def test_api_requests_keep_request_id_auth_limits_audit_and_the_log_line(
         ("chat.completions", 401),
         ("chat.completions", 500),
     ]
-    assert records[0]["request_id"] == "api-1" and records[0]["completion_tokens"] == 4
+    assert records[0]["request_id"] == ours and records[0]["client_request_id"] == "api-1"
+    assert records[0]["completion_tokens"] == 4
     access = _access_lines(stream)
     assert [(line["path"], line["status"]) for line in access] == [
         ("/v1/chat/completions", 200),
@@ -89,7 +93,8 @@ def test_api_requests_keep_request_id_auth_limits_audit_and_the_log_line(
         ("/v1/chat/completions", 401),
         ("/v1/chat/completions", 500),
     ]
-    assert access[0]["request_id"] == "api-1" and access[-1]["request_id"] == "api-5"
+    assert access[0]["request_id"] == ours and access[0]["client_request_id"] == "api-1"
+    assert access[-1]["client_request_id"] == "api-5"
     assert key not in stream.getvalue()
 
 

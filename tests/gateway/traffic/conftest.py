@@ -55,7 +55,7 @@ class RunningGateway:
         return openai.OpenAI(base_url=f"{self.url}/v1", api_key=key, max_retries=0, **options)
 
     def audit_records(self, wait_for: int, timeout: float = 15) -> list[dict[str, Any]]:
-        """The audit log in chain order, once it holds at least ``wait_for`` records."""
+        """The API requests' records in chain order, once there are at least ``wait_for``."""
         deadline = time.monotonic() + timeout
         while True:
             rows = asyncio.run(read_records(self.settings.effective_database_url))
@@ -64,7 +64,10 @@ class RunningGateway:
             time.sleep(0.05)
 
 
-async def read_records(database_url: str) -> list[dict[str, Any]]:
+async def read_records(
+    database_url: str, action: str | None = "api.request"
+) -> list[dict[str, Any]]:
+    """The records of ``action`` (None: every record) in chain order."""
     from sqlalchemy import select
 
     from gateway.db.engine import create_engine
@@ -74,7 +77,10 @@ async def read_records(database_url: str) -> list[dict[str, Any]]:
     try:
         async with engine.connect() as connection:
             table = RequestRecord.__table__
-            result = await connection.execute(select(table).order_by(table.c.seq))
+            statement = select(table).order_by(table.c.seq)
+            if action is not None:
+                statement = statement.where(table.c.action == action)
+            result = await connection.execute(statement)
             return [dict(row._mapping) for row in result]
     finally:
         await engine.dispose()

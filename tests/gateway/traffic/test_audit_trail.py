@@ -16,7 +16,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from tests.gateway.traffic.conftest import MODEL, RunningGateway, running_gateway
+from tests.gateway.traffic.conftest import MODEL, RunningGateway, read_records, running_gateway
 from tests.gateway.traffic.processes import fresh_postgres
 
 REQUESTS = 500
@@ -117,8 +117,11 @@ def test_five_hundred_requests_five_hundred_records(postgres_gateway: RunningGat
     seen = asyncio.run(_traffic(gateway, gateway.department("quality")))
     records = gateway.audit_records(wait_for=REQUESTS, timeout=60)
     assert len(records) == REQUESTS
-    by_id = {r["request_id"]: r for r in records}
+    # The caller's X-Request-Id is kept beside the gateway's own (distinct) ids.
+    by_id = {r["client_request_id"]: r for r in records}
     assert set(by_id) == set(seen)
+    assert len({r["request_id"] for r in records}) == REQUESTS
+    assert not set(seen) & {r["request_id"] for r in records}
     prompts = {}  # the same prompt's token count, from the kind that shows usage
     for i in range(0, REQUESTS, 4):
         prompts[i // 4] = seen[f"audit-{i}"]["prompt"]
@@ -134,7 +137,11 @@ def test_five_hundred_requests_five_hundred_records(postgres_gateway: RunningGat
         assert record["department_slug"] == "quality"
     verified = _enclave_audit_verify(gateway)
     assert verified.returncode == 0, verified.stdout + verified.stderr
-    assert f"{REQUESTS} records" in verified.stdout
+    # The same chain holds the admin records of the set-up (admin, department, key).
+    every = asyncio.run(read_records(gateway.settings.database_url, action=None))
+    assert len(every) == REQUESTS + 3
+    assert f"audit chain ok: {len(every)} records" in verified.stdout
+    assert f"recorded head: seq {every[-1]['seq']} " in verified.stdout
 
     tampered = records[136]["seq"]
     statement = f"UPDATE request_records SET completion_tokens = 9 WHERE seq = {tampered}"

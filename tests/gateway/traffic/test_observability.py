@@ -57,11 +57,12 @@ def test_worker_headers_trace_and_metrics(tmp_path: Path) -> None:
                 "traceparent": f"00-{CALLER_TRACE}-00f067aa0ba902b7-01",
             },
         )
-        assert reply.headers["x-request-id"] == "trace-me-1"
+        ours = reply.headers["x-request-id"]  # the gateway's id; the caller's kept apart
+        assert ours.startswith("req-") and reply.headers["x-client-request-id"] == "trace-me-1"
         assert reply.headers["x-ratelimit-limit-requests"] == "100"
         head = upstream.last_head.decode().lower()
         assert f"authorization: bearer {WORKER_TOKEN}".lower() in head
-        assert "x-request-id: trace-me-1" in head
+        assert f"x-request-id: {ours}" in head
         assert "x-enclave-tenant: quality" in head
         assert f"traceparent: 00-{CALLER_TRACE}-" in head  # the caller's trace, continued
         spans = _finished_spans(exporter, "POST /v1/chat/completions", "upstream")
