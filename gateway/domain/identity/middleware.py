@@ -66,6 +66,8 @@ async def _key_principal(state: GatewayState, credential: str) -> Principal:
     if not tokens.looks_like_key(credential):
         return Principal()
     digest = tokens.hash_key(state.secret_key, credential)
+    if state.key_snapshots.is_dead(digest):  # seen revoked, expired or unknown: final
+        return Principal()
     generation = await state.generation.current()
     reused = state.key_snapshots.fresh(digest, generation)
     if reused is not None:
@@ -74,10 +76,11 @@ async def _key_principal(state: GatewayState, credential: str) -> Principal:
         async with state.db.begin() as db:
             key = await KeyService(db, state.secret_key).authenticate(credential)
             if key is None:
+                state.key_snapshots.forget(digest)
                 return Principal()
             department = await db.get(Department, key.department_id)
     except DATABASE_DOWN as exc:
-        snapshot = state.key_snapshots.get(digest)
+        snapshot = state.key_snapshots.during_outage(digest, generation)
         if snapshot is None:
             raise ConnectionError("the database cannot be reached; try again shortly") from exc
         log.warning("database down: API key from its last good lookup", error=repr(exc))
