@@ -13,7 +13,7 @@ from litestar.response import Redirect
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.domain.identity import me, sso
-from gateway.domain.identity.guards import require_user, require_user_or_key
+from gateway.domain.identity.guards import require_json, require_user, require_user_or_key
 from gateway.domain.identity.pending_login import LOGIN_COOKIE
 from gateway.domain.identity.principal import SESSION_COOKIE, Principal
 from gateway.domain.users.schemas import MeRead
@@ -48,14 +48,17 @@ def session_cookie(state: GatewayState, value: str, max_age: int | None) -> Cook
 
 
 class IdentityController(Controller):
-    @post("/auth/local/login", status_code=200)
+    @post("/auth/local/login", guards=[require_json], status_code=200)
     async def local_login(
         self,
+        request: Request,
         data: JSONBody[LocalLogin],
         db: NamedDependency[AsyncSession],
         gateway: NamedDependency[GatewayState],
     ) -> Response[SignedIn]:
-        user = await UserService(db).check_local_login(gateway.hasher, data.email, data.password)
+        users, address = UserService(db), request.client.host if request.client else ""
+        async with gateway.login_throttle.attempt(data.email, address):
+            user = await users.check_local_login(gateway.hasher, data.email, data.password)
         session_id, session = await gateway.sessions.create(user.id)
         max_age = gateway.settings.session_absolute_hours * 3600
         return Response(
