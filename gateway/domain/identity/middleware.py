@@ -8,7 +8,9 @@ from typing import TYPE_CHECKING
 
 import structlog
 from litestar.types import ASGIApp, Receive, Scope, Send
+from sqlalchemy import select
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.db.models import Department, User
 from gateway.domain.identity.principal import SESSION_COOKIE, Principal
@@ -58,8 +60,21 @@ async def resolve_principal(state: GatewayState, authorization: str, cookie: str
         user = await db.get(User, session.user_id)
         if user is None or not user.is_active:
             return Principal()
-        department = await db.get(Department, user.department_id) if user.department_id else None
+        department = await _department_of(db, user, state.settings.default_department)
     return Principal(user=user, session_id=session_id, session=session, department=department)
+
+
+async def _department_of(db: AsyncSession, user: User, default_slug: str) -> Department | None:
+    """The user's department; for a user without one, ``ENCLAVE_DEFAULT_DEPARTMENT``'s."""
+    if user.department_id is not None:
+        return await db.get(Department, user.department_id)
+    if not default_slug:
+        return None  # the API refuses such a user (no_department)
+    found = await db.scalar(select(Department).where(Department.slug == default_slug))
+    if found is None:
+        # Refused like a user without a department; the log says what to fix.
+        log.error("ENCLAVE_DEFAULT_DEPARTMENT names no department", slug=default_slug)
+    return found
 
 
 async def _key_principal(state: GatewayState, credential: str) -> Principal:
