@@ -11,13 +11,16 @@ class NotFoundError(LookupError):
     """A service could not find what it was asked for (404)."""
 
 
-def _json(status: int, message: str) -> Response[dict[str, object]]:
-    return Response({"status_code": status, "detail": message}, status_code=status)
+def _json(
+    status: int, message: str, headers: dict[str, str] | None = None
+) -> Response[dict[str, object]]:
+    return Response({"status_code": status, "detail": message}, status_code=status, headers=headers)
 
 
 def http_error(_: Request, exc: HTTPException) -> Response[dict[str, object]]:
-    # Litestar's own exceptions (some subclass ValueError) keep their status and message.
-    return _json(exc.status_code, exc.detail)
+    # Litestar's own exceptions (some subclass ValueError) keep their status, message and
+    # headers (a 429's Retry-After).
+    return _json(exc.status_code, exc.detail, dict(exc.headers or {}))
 
 
 def not_found(_: Request, exc: NotFoundError) -> Response[dict[str, object]]:

@@ -45,6 +45,8 @@ class Settings:
     secret_key: str = ""
     # The address users reach the gateway at (OIDC redirect URI, Secure cookies over https).
     public_url: str = ""
+    # Production refuses a plain-http public URL unless this says it is on purpose.
+    allow_insecure_public_url: bool = False
     oidc_issuer: str = ""
     oidc_client_id: str = ""
     oidc_client_secret: str = ""
@@ -52,6 +54,16 @@ class Settings:
     oidc_admin_group: str = ""
     session_idle_minutes: int = 60
     session_absolute_hours: int = 12
+    # Failed local logins allowed per account and per client address within the window;
+    # beyond them the login answers 429 without checking the password.
+    login_max_failures_per_account: int = 5
+    login_max_failures_per_address: int = 20
+    login_failure_window_seconds: int = 900
+    # While the database is down, an API key is served from its last lookup only if that
+    # lookup is younger than this; 0 refuses every key the database cannot check.
+    key_outage_grace_seconds: int = 300
+    # The department (slug) of users who have none; empty refuses them the API and chat.
+    default_department: str = ""
     # Traffic. Workers: comma-separated base URLs; each one's models come from its /v1/models.
     # Empty in embedded mode: the gateway starts one worker on ``model`` itself.
     workers: str = ""
@@ -89,6 +101,7 @@ class Settings:
         for name in ("audit_body_max_bytes", "audit_retention_days"):
             if getattr(self, name) < 0:
                 raise SettingsError(f"{env_name(name)} must not be negative")
+        self._check_identity()
         for url in self.worker_urls:
             if not url.startswith(("http://", "https://")):
                 raise SettingsError(f"{env_name('workers')}: {url!r} is not an http(s) URL")
@@ -114,6 +127,32 @@ class Settings:
                     raise SettingsError(f"{env_name(name)} is required in production mode")
             if len(self.secret_key) < 32:
                 raise SettingsError(f"{env_name('secret_key')} must be at least 32 characters")
+            self._check_public_url()
+
+    def _check_identity(self) -> None:
+        for name in (
+            "login_max_failures_per_account",
+            "login_max_failures_per_address",
+            "login_failure_window_seconds",
+        ):
+            if getattr(self, name) < 1:
+                raise SettingsError(f"{env_name(name)} must be at least 1")
+        if self.key_outage_grace_seconds < 0:
+            raise SettingsError(f"{env_name('key_outage_grace_seconds')} must not be negative")
+
+    def _check_public_url(self) -> None:
+        """Production: the public URL is https (cookies are Secure there), and SSO has one."""
+        public = env_name("public_url")
+        if self.oidc_issuer and not self.public_url:
+            # The redirect URI the IdP sends users back to is built from it.
+            raise SettingsError(f"{public} is required in production mode with OIDC")
+        insecure = self.public_url and not self.public_url.startswith("https://")
+        if insecure and not self.allow_insecure_public_url:
+            raise SettingsError(
+                f"{public} must be https:// in production mode (session cookies are"
+                f" Secure); set {env_name('allow_insecure_public_url')}=true to accept"
+                f" {self.public_url!r} anyway"
+            )
 
     @property
     def effective_database_url(self) -> str:

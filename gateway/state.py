@@ -16,6 +16,7 @@ from gateway.domain.audit.retention import retention_loop
 from gateway.domain.audit.seal import ChainSeal
 from gateway.domain.audit.writer import AuditWriter
 from gateway.domain.identity.key_cache import KeySnapshots
+from gateway.domain.identity.login_throttle import LoginThrottle, build_login_throttle
 from gateway.domain.identity.oidc import OidcClient
 from gateway.domain.identity.passwords import password_hasher
 from gateway.domain.identity.session_store import (
@@ -37,6 +38,7 @@ class GatewayState:
     sessions: SessionStore
     hasher: PasswordHasher
     audit: AuditWriter
+    login_throttle: LoginThrottle
     redis: Redis | None = None
     oidc: OidcClient | None = None
     key_snapshots: KeySnapshots = field(default_factory=KeySnapshots)
@@ -70,8 +72,10 @@ class GatewayState:
             sessions,
             password_hasher(),
             AuditWriter(factory, settings.audit_spool_dir, seal),
+            build_login_throttle(settings, redis),
             redis,
             OidcClient(settings) if settings.oidc_issuer else None,
+            KeySnapshots(settings.key_outage_grace_seconds),
         )
 
     async def start(self) -> None:
@@ -90,4 +94,6 @@ class GatewayState:
 
     @property
     def secure_cookies(self) -> bool:
-        return self.settings.base_url.startswith("https://")
+        # Production is served over https (settings refuse an http public URL there unless
+        # told otherwise), so its cookies never travel in clear, whatever the URL says.
+        return self.settings.mode == "production" or self.settings.base_url.startswith("https://")

@@ -80,7 +80,11 @@ def record_auth_event(
 
 
 def record_login_failed(
-    request: Request[Any, Any, Any], writer: AuditWriter, email: str, **details: Any
+    request: Request[Any, Any, Any],
+    writer: AuditWriter,
+    email: str,
+    status: int = 401,
+    **details: Any,
 ) -> None:
     """A refused sign-in, under the address that was tried (the password never), whoever
     the browser may already be signed in as."""
@@ -91,5 +95,7 @@ def record_login_failed(
         department_id=None,
         department_slug="",
     )
-    entry = action_entry(actor, "auth.login_failed", "user", None, status_code=401, extra=details)
+    entry = action_entry(
+        actor, "auth.login_failed", "user", None, status_code=status, extra=details
+    )
     writer.submit(entry)

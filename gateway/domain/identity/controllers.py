@@ -8,13 +8,14 @@ import msgspec
 from litestar import Controller, Request, Response, get, post
 from litestar.datastructures import Cookie
 from litestar.di import NamedDependency
+from litestar.exceptions import TooManyRequestsException
 from litestar.params import FromQuery, JSONBody, QueryParameter
 from litestar.response import Redirect
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.domain.audit import events
 from gateway.domain.identity import me, sso
-from gateway.domain.identity.guards import require_user, require_user_or_key
+from gateway.domain.identity.guards import require_json, require_user, require_user_or_key
 from gateway.domain.identity.pending_login import LOGIN_COOKIE
 from gateway.domain.identity.principal import SESSION_COOKIE, Principal
 from gateway.domain.users.schemas import MeRead
@@ -49,7 +50,7 @@ def session_cookie(state: GatewayState, value: str, max_age: int | None) -> Cook
 
 
 class IdentityController(Controller):
-    @post("/auth/local/login", status_code=200)
+    @post("/auth/local/login", guards=[require_json], status_code=200)
     async def local_login(
         self,
         request: Request,
@@ -57,12 +58,20 @@ class IdentityController(Controller):
         db: NamedDependency[AsyncSession],
         gateway: NamedDependency[GatewayState],
     ) -> Response[SignedIn]:
+        users, address = UserService(db), request.client.host if request.client else ""
         try:
-            user = await UserService(db).check_local_login(
-                gateway.hasher, data.email, data.password
+            async with gateway.login_throttle.attempt(data.email, address):
+                user = await users.check_local_login(gateway.hasher, data.email, data.password)
+        except (PermissionError, TooManyRequestsException) as refused:
+            throttled = isinstance(refused, TooManyRequestsException)
+            events.record_login_failed(
+                request,
+                gateway.audit,
+                data.email,
+                429 if throttled else 401,
+                method="local",
+                reason="throttled" if throttled else "password",
             )
-        except PermissionError:
-            events.record_login_failed(request, gateway.audit, data.email, method="local")
             raise
         events.record_auth_event(request, gateway.audit, "auth.login", user=user, method="local")
         session_id, session = await gateway.sessions.create(user.id)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hmac
 
 from litestar.connection import ASGIConnection
-from litestar.exceptions import NotAuthorizedException, PermissionDeniedException
+from litestar.exceptions import HTTPException, NotAuthorizedException, PermissionDeniedException
 from litestar.handlers.base import BaseRouteHandler
 
 from gateway.domain.identity.middleware import PRINCIPAL_KEY
@@ -45,3 +45,11 @@ def require_api_key(connection: ASGIConnection, _: BaseRouteHandler) -> None:
     """For the OpenAI API: ``Authorization: Bearer sk-enc-...``, live and not revoked."""
     if principal_of(connection).api_key is None:
         raise NotAuthorizedException("a valid API key is required")
+
+
+def require_json(connection: ASGIConnection, _: BaseRouteHandler) -> None:
+    """JSON bodies only: a cross-site form (text/plain, urlencoded, multipart) cannot send
+    JSON without a CORS preflight, so this refuses login CSRF before the body is read."""
+    media_type = connection.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if media_type != "application/json":
+        raise HTTPException(status_code=415, detail="send the body as application/json")

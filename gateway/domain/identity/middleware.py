@@ -8,7 +8,9 @@ from typing import TYPE_CHECKING
 
 import structlog
 from litestar.types import ASGIApp, Receive, Scope, Send
+from sqlalchemy import select
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.db.models import Department, User
 from gateway.domain.identity.principal import SESSION_COOKIE, Principal
@@ -58,14 +60,29 @@ async def resolve_principal(state: GatewayState, authorization: str, cookie: str
         user = await db.get(User, session.user_id)
         if user is None or not user.is_active:
             return Principal()
-        department = await db.get(Department, user.department_id) if user.department_id else None
+        department = await _department_of(db, user, state.settings.default_department)
     return Principal(user=user, session_id=session_id, session=session, department=department)
+
+
+async def _department_of(db: AsyncSession, user: User, default_slug: str) -> Department | None:
+    """The user's department; for a user without one, ``ENCLAVE_DEFAULT_DEPARTMENT``'s."""
+    if user.department_id is not None:
+        return await db.get(Department, user.department_id)
+    if not default_slug:
+        return None  # the API refuses such a user (no_department)
+    found = await db.scalar(select(Department).where(Department.slug == default_slug))
+    if found is None:
+        # Refused like a user without a department; the log says what to fix.
+        log.error("ENCLAVE_DEFAULT_DEPARTMENT names no department", slug=default_slug)
+    return found
 
 
 async def _key_principal(state: GatewayState, credential: str) -> Principal:
     if not tokens.looks_like_key(credential):
         return Principal()
     digest = tokens.hash_key(state.secret_key, credential)
+    if state.key_snapshots.is_dead(digest):  # seen revoked, expired or unknown: final
+        return Principal()
     generation = await state.generation.current()
     reused = state.key_snapshots.fresh(digest, generation)
     if reused is not None:
@@ -74,10 +91,11 @@ async def _key_principal(state: GatewayState, credential: str) -> Principal:
         async with state.db.begin() as db:
             key = await KeyService(db, state.secret_key).authenticate(credential)
             if key is None:
+                state.key_snapshots.forget(digest)
                 return Principal()
             department = await db.get(Department, key.department_id)
     except DATABASE_DOWN as exc:
-        snapshot = state.key_snapshots.get(digest)
+        snapshot = state.key_snapshots.during_outage(digest, generation)
         if snapshot is None:
             raise ConnectionError("the database cannot be reached; try again shortly") from exc
         log.warning("database down: API key from its last good lookup", error=repr(exc))

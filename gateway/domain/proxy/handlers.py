@@ -194,6 +194,12 @@ def authorize(principal: Principal, scope: Scope, headers: dict[bytes, bytes]) -
         sent = headers.get(CSRF_HEADER.encode(), b"")
         if not hmac.compare_digest(sent, principal.session.csrf_token.encode()):
             raise ApiError(403, "missing or wrong CSRF token", reason="csrf")
+    if principal.department is None:  # no department: no limits to hold the user to
+        raise ApiError(
+            403,
+            "you are not in a department yet: ask an admin to put you in a department",
+            code="no_department",
+        )
 
 
 def allowed(principal: Principal, model: str) -> bool:

@@ -65,3 +65,34 @@ def test_sessions_live_in_redis_and_keys_in_postgres(
         me = client.get("/api/me", headers={"authorization": f"Bearer {key}"})
         assert me.json()["department"] == "research"
     store.close()
+
+
+def test_production_cookies_are_secure_whatever_the_public_url(
+    fresh_database: str, redis_url: str, tmp_path: Path
+) -> None:
+    settings = Settings(
+        mode="production",
+        data_dir=tmp_path,
+        database_url=fresh_database,
+        redis_url=redis_url,
+        secret_key="s" * 40,
+        public_url="http://enclave.internal.test",
+        allow_insecure_public_url=True,
+    )
+    admin_tasks.migrate_database(settings)
+    password = asyncio.run(admin_tasks.create_admin(settings, ADMIN_EMAIL))
+    app = create_app(settings)
+    assert app.state.gateway.secure_cookies  # the SSO login cookie uses the same rule
+    store = redis.Redis.from_url(redis_url)
+    before = set(store.scan_iter("enclave:session:*"))
+    with TestClient(app=app, base_url="http://enclave.internal.test") as client:
+        response = client.post(
+            "/auth/local/login", json={"email": ADMIN_EMAIL, "password": password}
+        )
+    assert response.status_code == 200
+    cookie = response.headers["set-cookie"].lower()
+    assert "secure" in cookie and "httponly" in cookie
+    created = set(store.scan_iter("enclave:session:*")) - before
+    if created:
+        store.delete(*created)
+    store.close()
