@@ -64,6 +64,9 @@ class Settings:
     # Without Redis (or with it down) the limiter refuses with 503 unless this is on.
     limits_fail_open: bool = False
     audit_body_max_bytes: int = 65536
+    # The largest OpenAI API request body the gateway reads (413 above it); text only, so a
+    # long context is well under 1 MiB. Other routes keep Litestar's own 10 MiB cap.
+    api_body_max_bytes: int = 8 * 1024 * 1024
     # 0 keeps audit records forever; otherwise a job deletes older ones (the chain's anchor kept).
     audit_retention_days: int = 0
     otlp_endpoint: str = ""
@@ -80,7 +83,13 @@ class Settings:
             raise SettingsError(f"{env_name('session_idle_minutes')} must be at least 1")
         if self.session_absolute_hours < 1:
             raise SettingsError(f"{env_name('session_absolute_hours')} must be at least 1")
-        for name in ("health_interval_ms", "upstream_timeout_seconds", "worker_port", "processes"):
+        for name in (
+            "health_interval_ms",
+            "upstream_timeout_seconds",
+            "worker_port",
+            "processes",
+            "api_body_max_bytes",
+        ):
             if getattr(self, name) < 1:
                 raise SettingsError(f"{env_name(name)} must be at least 1")
         for name in ("audit_body_max_bytes", "audit_retention_days"):

@@ -12,6 +12,7 @@ from litestar.params import FromQuery, JSONBody, QueryParameter
 from litestar.response import Redirect
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from gateway.domain.fields import Email, Password
 from gateway.domain.identity import me, sso
 from gateway.domain.identity.guards import require_user, require_user_or_key
 from gateway.domain.identity.pending_login import LOGIN_COOKIE
@@ -22,8 +23,8 @@ from gateway.state import GatewayState
 
 
 class LocalLogin(msgspec.Struct, forbid_unknown_fields=True):
-    email: str
-    password: str
+    email: Email
+    password: Password
 
 
 class SignedIn(msgspec.Struct):

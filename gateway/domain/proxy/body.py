@@ -19,6 +19,10 @@ from gateway.domain.proxy.openai_errors import ApiError
 DEFAULT_COMPLETION_RESERVATION = 4096
 # How much of the prompt decides which worker's prefix cache a request goes to.
 AFFINITY_CHARS = 2048
+# Bounds on what the gateway multiplies into a token reservation: OpenAI's own cap on n, and
+# a max_tokens far past any context length (the worker refuses what its model cannot do).
+MAX_N = 128
+MAX_TOKENS = 2**31 - 1
 
 
 @dataclass(slots=True)
@@ -43,6 +47,8 @@ class ApiRequest:
             return "\n".join(_message_text(m) for m in self.body.get("messages", []))
         prompt = self.body.get("prompt", "")
         if isinstance(prompt, list):
+            if prompt and all(_is_token(p) for p in prompt):
+                prompt = [prompt]  # one prompt of token ids, counted like a list of them
             return "\n".join(p if isinstance(p, str) else " " * len(p) * 4 for p in prompt)
         return str(prompt)
 
@@ -82,6 +88,8 @@ def parse(endpoint: str, raw: bytes) -> ApiRequest:
         raise ApiError(
             400, f"the request body is not valid JSON: {exc}", reason="bad_request"
         ) from None
+    except RecursionError:  # msgspec's answer to a body nested ~1000 levels deep
+        raise ApiError(400, "the request body is nested too deeply", reason="bad_request") from None
     if not isinstance(body, dict):
         raise ApiError(400, "the request body must be a JSON object", reason="bad_request")
     model = body.get("model")
@@ -92,6 +100,11 @@ def parse(endpoint: str, raw: bytes) -> ApiRequest:
     required = "messages" if endpoint == "chat.completions" else "prompt"
     if required not in body:
         raise ApiError(400, f"{required} is required", param=required, reason="bad_request")
+    # The gateway reads these itself (affinity, token estimate): their shape must hold.
+    if endpoint == "chat.completions":
+        _check_messages(body["messages"])
+    else:
+        _check_prompt(body["prompt"])
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise ApiError(400, "stream must be a boolean", param="stream", reason="bad_request")
@@ -100,20 +113,55 @@ def parse(endpoint: str, raw: bytes) -> ApiRequest:
         raise ApiError(
             400, "stream_options must be an object", param="stream_options", reason="bad_request"
         )
-    n = _positive_int(body, "n", 1)
+    n = _positive_int(body, "n", 1, MAX_N)
     limit_name = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
-    max_tokens = _positive_int(body, limit_name, None)
+    max_tokens = _positive_int(body, limit_name, None, MAX_TOKENS)
     wants_usage = bool(stream and options and options.get("include_usage"))
     return ApiRequest(endpoint, body, model, stream, wants_usage, n or 1, max_tokens)
 
 
-def _positive_int(body: dict[str, Any], name: str, default: int | None) -> int | None:
+def _positive_int(body: dict[str, Any], name: str, default: int | None, maximum: int) -> int | None:
     value = body.get(name, default)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ApiError(400, f"{name} must be a positive integer", param=name, reason="bad_request")
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
+        raise ApiError(
+            400,
+            f"{name} must be an integer between 1 and {maximum}",
+            param=name,
+            reason="bad_request",
+        )
     return value
+
+
+def _check_messages(messages: Any) -> None:
+    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+        raise ApiError(
+            400, "messages must be an array of objects", param="messages", reason="bad_request"
+        )
+
+
+def _check_prompt(prompt: Any) -> None:
+    """OpenAI's four shapes: a string, strings, token ids, or lists of token ids."""
+    if isinstance(prompt, str):
+        return
+    if isinstance(prompt, list) and (
+        all(isinstance(p, str) for p in prompt)
+        or all(_is_token(p) for p in prompt)
+        or all(isinstance(p, list) and all(_is_token(t) for t in p) for p in prompt)
+    ):
+        return
+    raise ApiError(
+        400,
+        "prompt must be a string, an array of strings, an array of token ids,"
+        " or an array of arrays of token ids",
+        param="prompt",
+        reason="bad_request",
+    )
+
+
+def _is_token(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _message_text(message: Any) -> str:
@@ -123,5 +171,6 @@ def _message_text(message: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        texts = (p.get("text") for p in content if isinstance(p, dict))
+        return "".join(t for t in texts if isinstance(t, str))
     return ""
