@@ -59,6 +59,9 @@ class Settings:
     worker_token: str = ""
     model: str = ".enclave/models/SmolLM2-135M-Instruct.Q4_1.gguf"
     worker_port: int = 8100
+    # Comma-separated names of variables the embedded worker gets from the gateway's
+    # environment beyond its allow-list (see docs/workers-routing.md).
+    worker_env: str = ""
     health_interval_ms: int = 2000
     upstream_timeout_seconds: int = 600
     # Without Redis (or with it down) the limiter refuses with 503 unless this is on.
@@ -110,6 +113,12 @@ class Settings:
                     raise SettingsError(
                         f"{env_name('processes')} > 1 needs {env_name(name)}: {why}"
                     )
+        for name in self.worker_env_names:
+            if name.startswith(PREFIX):
+                raise SettingsError(
+                    f"{env_name('worker_env')}: {name} is the gateway's own; it never reaches"
+                    " the worker"
+                )
         if self.oidc_issuer and not self.oidc_client_id:
             raise SettingsError(f"{env_name('oidc_client_id')} is required with an OIDC issuer")
         if self.mode == "production":
@@ -131,6 +140,10 @@ class Settings:
     @property
     def worker_urls(self) -> list[str]:
         return [u.strip().rstrip("/") for u in self.workers.split(",") if u.strip()]
+
+    @property
+    def worker_env_names(self) -> list[str]:
+        return [n.strip() for n in self.worker_env.split(",") if n.strip()]
 
     @property
     def audit_spool_dir(self) -> Path:
