@@ -17,6 +17,8 @@ ALLOWED_NAMES = frozenset(
         # The process itself: where programs, home, temporary files and caches are.
         "PATH", "HOME", "USER", "LOGNAME", "SHELL", "TZ", "LANG", "LANGUAGE",
         "TMPDIR", "TEMP", "TMP", "XDG_CACHE_HOME", "LD_LIBRARY_PATH", "LD_PRELOAD",
+        # Triton compiles a small C launcher per kernel with the system's compiler.
+        "CC", "CXX", "LIBRARY_PATH", "CPATH",
         # Python: where the inference package and its environment are, and how it runs.
         "PYTHONPATH", "PYTHONHOME", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE",
         "PYTHONPYCACHEPREFIX", "PYTHONFAULTHANDLER", "PYTHONMALLOC", "PYTHONWARNINGS",
