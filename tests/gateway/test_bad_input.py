@@ -106,6 +106,19 @@ def test_every_prompt_shape_openai_allows_is_read_without_error() -> None:
         parse("completions", DEEP_OBJECT)
 
 
+def test_lists_for_objects_and_lone_surrogates_are_400(
+    admin: tuple[TestClient, dict[str, str]],
+) -> None:
+    client, csrf = admin
+    surrogate = b'{"name": "\\ud800", "slug": "s", "email": "\\udfff", "password": "p"}'
+    for body in (b"[1, 2]", b'"text"', b"null", surrogate):
+        _litestar_4xx(client.post("/auth/local/login", content=body, headers=JSON))
+        created = client.post("/api/admin/departments/", content=body, headers=JSON | csrf)
+        _litestar_4xx(created)
+    for body in (b"[1, 2]", b'"text"', b"null", b'{"model": "\\ud800", "messages": []}'):
+        _openai_4xx(client.post("/v1/chat/completions", content=body, headers=JSON | csrf))
+
+
 def test_api_bodies_over_the_cap_are_413_before_they_are_read(tmp_path: Path) -> None:
     gateway = embedded_gateway(tmp_path, api_body_max_bytes=1000)
     with TestClient(app=create_app(gateway.settings), raise_server_exceptions=False) as client:
