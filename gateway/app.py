@@ -21,6 +21,7 @@ from gateway.domain.proxy.traffic import Traffic
 from gateway.domain.users.controllers import UserController
 from gateway.domain.workers.supervisor import WorkerSupervisor
 from gateway.errors import EXCEPTION_HANDLERS
+from gateway.json_request import GatewayRequest
 from gateway.request_context import request_id_middleware
 from gateway.settings import Settings
 from gateway.state import GatewayState
@@ -88,6 +89,7 @@ def create_app(
             "principal": Provide(provide_principal, sync_to_thread=False),
         },
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
+        request_class=GatewayRequest,
         on_startup=[start_state],
         on_shutdown=[close_state],
         logging_config=None,  # structlog is configured by the CLI, once per process

@@ -15,6 +15,7 @@ from sqlalchemy.exc import IntegrityError
 
 from gateway import cli_admin, cli_audit
 from gateway.bench import gateway_bench
+from gateway.private_files import tighten_data_dir
 from gateway.settings import Settings, SettingsError, unknown_variables
 
 if TYPE_CHECKING:
@@ -66,6 +67,7 @@ def serve(settings: Settings) -> int:
     log = structlog.get_logger("gateway")
     for name in unknown_variables(os.environ):
         log.warning("unknown setting ignored", variable=name)
+    tighten_data_dir(settings.data_dir)
     if settings.mode == "embedded":
         first_start(settings)
     supervisor = None

@@ -19,6 +19,8 @@ from pathlib import Path
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from gateway.private_files import private_dir, private_opener
+
 REDIS_KEY = "enclave:config:generation"
 FILE_NAME = "config-generation"
 
@@ -53,9 +55,10 @@ class ConfigGeneration:
             with contextlib.suppress(RedisError, OSError):
                 await self.redis.incr(REDIS_KEY)
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(self.path.parent)
         temporary = self.path.with_suffix(".tmp")
-        temporary.write_text(secrets.token_hex(8))
+        with open(temporary, "w", opener=private_opener) as marker:
+            marker.write(secrets.token_hex(8))
         os.replace(temporary, self.path)  # a new inode: a changed marker, even within 1 ns
 
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import structlog
 from litestar import Request, Response
 from litestar.exceptions import HTTPException
 from sqlalchemy.exc import IntegrityError
+
+log = structlog.get_logger("gateway.errors")
 
 
 class NotFoundError(LookupError):
@@ -19,8 +22,12 @@ def _json(
 
 def http_error(_: Request, exc: HTTPException) -> Response[dict[str, object]]:
     # Litestar's own exceptions (some subclass ValueError) keep their status, message and
-    # headers (a 429's Retry-After).
-    return _json(exc.status_code, exc.detail, dict(exc.headers or {}))
+    # headers (a 429's Retry-After); a validation error adds what msgspec said, so the
+    # client learns which field is wrong.
+    problems = [e for e in exc.extra or [] if isinstance(e, dict) and "message" in e]
+    reasons = [f"{e['key']}: {e['message']}" if e.get("key") else e["message"] for e in problems]
+    detail = f"{exc.detail}: {'; '.join(reasons)}" if reasons else exc.detail
+    return _json(exc.status_code, detail, dict(exc.headers or {}))
 
 
 def not_found(_: Request, exc: NotFoundError) -> Response[dict[str, object]]:
@@ -43,6 +50,13 @@ def conflict(_: Request, _exc: IntegrityError) -> Response[dict[str, object]]:
     return _json(409, "that conflicts with an existing record (a name or slug already used?)")
 
 
+def internal_error(request: Request, exc: Exception) -> Response[dict[str, object]]:
+    # The last resort, and the one place such an error is logged: Litestar logs nothing
+    # itself with logging_config=None. Bad input never gets here; it is a 4xx at its cause.
+    log.error("unhandled error", method=request.method, path=request.url.path, exc_info=exc)
+    return _json(500, "the gateway failed on this request; its log has the details")
+
+
 EXCEPTION_HANDLERS: dict[type[Exception], object] = {
     HTTPException: http_error,
     NotFoundError: not_found,
@@ -50,4 +64,5 @@ EXCEPTION_HANDLERS: dict[type[Exception], object] = {
     IntegrityError: conflict,
     PermissionError: unauthorized,
     ConnectionError: unavailable,
+    Exception: internal_error,
 }

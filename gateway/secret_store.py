@@ -6,6 +6,7 @@ import os
 import secrets
 from pathlib import Path
 
+from gateway.private_files import private_dir
 from gateway.settings import Settings, SettingsError, env_name
 
 SECRET_FILE = "secret_key"
@@ -22,7 +23,7 @@ def resolve_secret_key(settings: Settings) -> str:
 def _load_or_create(path: Path) -> str:
     if path.exists():
         return path.read_text().strip()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)
     value = secrets.token_urlsafe(48)
     # O_EXCL: two processes starting together cannot both write different secrets.
     try:

@@ -71,11 +71,17 @@ class Settings:
     worker_token: str = ""
     model: str = ".enclave/models/SmolLM2-135M-Instruct.Q4_1.gguf"
     worker_port: int = 8100
+    # Comma-separated names of variables the embedded worker gets from the gateway's
+    # environment beyond its allow-list (see docs/workers-routing.md).
+    worker_env: str = ""
     health_interval_ms: int = 2000
     upstream_timeout_seconds: int = 600
     # Without Redis (or with it down) the limiter refuses with 503 unless this is on.
     limits_fail_open: bool = False
     audit_body_max_bytes: int = 65536
+    # The largest OpenAI API request body the gateway reads (413 above it); text only, so a
+    # long context is well under 1 MiB. Other routes keep Litestar's own 10 MiB cap.
+    api_body_max_bytes: int = 8 * 1024 * 1024
     # 0 keeps audit records forever; otherwise a job deletes older ones (the chain's anchor kept).
     audit_retention_days: int = 0
     # Where each committed audit batch's head (seq, hash) is appended; empty: under data_dir.
@@ -95,7 +101,13 @@ class Settings:
             raise SettingsError(f"{env_name('session_idle_minutes')} must be at least 1")
         if self.session_absolute_hours < 1:
             raise SettingsError(f"{env_name('session_absolute_hours')} must be at least 1")
-        for name in ("health_interval_ms", "upstream_timeout_seconds", "worker_port", "processes"):
+        for name in (
+            "health_interval_ms",
+            "upstream_timeout_seconds",
+            "worker_port",
+            "processes",
+            "api_body_max_bytes",
+        ):
             if getattr(self, name) < 1:
                 raise SettingsError(f"{env_name(name)} must be at least 1")
         for name in ("audit_body_max_bytes", "audit_retention_days"):
@@ -117,6 +129,12 @@ class Settings:
                     raise SettingsError(
                         f"{env_name('processes')} > 1 needs {env_name(name)}: {why}"
                     )
+        for name in self.worker_env_names:
+            if name.startswith(PREFIX):
+                raise SettingsError(
+                    f"{env_name('worker_env')}: {name} is the gateway's own; it never reaches"
+                    " the worker"
+                )
         if self.oidc_issuer and not self.oidc_client_id:
             raise SettingsError(f"{env_name('oidc_client_id')} is required with an OIDC issuer")
         if self.mode == "production":
@@ -164,6 +182,10 @@ class Settings:
     @property
     def worker_urls(self) -> list[str]:
         return [u.strip().rstrip("/") for u in self.workers.split(",") if u.strip()]
+
+    @property
+    def worker_env_names(self) -> list[str]:
+        return [n.strip() for n in self.worker_env.split(",") if n.strip()]
 
     @property
     def audit_spool_dir(self) -> Path:

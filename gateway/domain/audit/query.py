@@ -21,6 +21,7 @@ _PLUS_AS_SPACE = re.compile(r"(T[\d:.]+) (\d{2}:?\d{2})$")
 _ACTION = re.compile(r"^[a-z_]+(\.[a-z_]+)*(\.\*)?$")
 MAX_PAGE_SIZE = 500
 DEFAULT_PAGE_SIZE = 100
+MAX_SEQ = 2**63 - 1  # seq is a BIGINT: a larger number is no record (and no cursor)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,9 +56,9 @@ class AuditFilter:
             user_id=_uuid("user_id", user_id),
             api_key_id=_uuid("api_key_id", api_key_id),
             status=_int("status", status, 100, 599),
-            request_id=request_id or None,
+            request_id=_text("request_id", request_id),
             action=_action(action),
-            client_request_id=client_request_id or None,
+            client_request_id=_text("client_request_id", client_request_id),
         )
 
     def apply(self, statement: Select[Any]) -> Select[Any]:
@@ -86,7 +87,7 @@ def page_size(limit: str | None) -> int:
 
 def cursor(after: str | None) -> int | None:
     """A page's ``next_cursor`` is the seq of its last (oldest) record."""
-    return _int("after", after, 1, None)
+    return _int("after", after, 1, MAX_SEQ)
 
 
 def newest_first(filters: AuditFilter, after: int | None, limit: int) -> Select[Any]:
@@ -116,8 +117,14 @@ def _datetime(name: str, raw: str | None) -> datetime | None:
     try:
         # An unescaped "+" in a query string arrives as a space: "...T09:00:00 01:00".
         return to_utc(datetime.fromisoformat(_PLUS_AS_SPACE.sub(r"\1+\2", raw.strip())))
-    except ValueError:
+    except (ValueError, OverflowError):  # OverflowError: past year 9999 once in UTC
         raise ValueError(f"{name}: not an ISO 8601 date and time: {raw!r}") from None
+
+
+def _text(name: str, raw: str | None) -> str | None:
+    if raw and "\x00" in raw:  # Postgres refuses NUL in text: a 500 if it got that far
+        raise ValueError(f"{name}: must not contain a NUL character")
+    return raw or None
 
 
 def _uuid(name: str, raw: str | None) -> uuid.UUID | None:

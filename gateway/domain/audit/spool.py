@@ -22,6 +22,7 @@ from typing import IO
 import structlog
 
 from gateway.domain.audit.entry import AuditEntry
+from gateway.private_files import private_dir, private_opener
 
 log = structlog.get_logger("gateway.audit")
 SUFFIX = ".jsonl"
@@ -110,7 +111,9 @@ class Spool:
         self._total -= self._counts.pop(path)
         unreadable = self._unreadable.pop(path, [])
         if unreadable:
-            with path.with_suffix(REJECTED).open("a", encoding="utf-8") as rejected:
+            with open(
+                path.with_suffix(REJECTED), "a", encoding="utf-8", opener=private_opener
+            ) as rejected:
                 rejected.writelines(unreadable)
         path.unlink()
         handle.close()
@@ -128,10 +131,10 @@ class Spool:
 
     def _own_file(self) -> tuple[Path, IO[str]]:
         if self._own is None or self._counts[self._own] >= RECORDS_PER_FILE:
-            self.directory.mkdir(parents=True, exist_ok=True)
+            private_dir(self.directory)  # records hold emails, and bodies where kept
             name = f"{time.time_ns():020d}-{os.getpid()}-{secrets.token_hex(4)}{SUFFIX}"
             path = self.directory / name
-            handle = path.open("a+", encoding="utf-8")
+            handle = open(path, "a+", encoding="utf-8", opener=private_opener)  # noqa: SIM115
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
             self._own, self._held[path], self._counts[path] = path, handle, 0
         return self._own, self._held[self._own]

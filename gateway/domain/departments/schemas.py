@@ -5,34 +5,36 @@ from datetime import datetime
 
 import msgspec
 
+from gateway.domain.fields import GroupName, Int32, Int64, ModelName, Name
+
 SLUG_PATTERN = "^[a-z0-9][a-z0-9-]{0,99}$"
 
 
 class DepartmentCreate(msgspec.Struct, forbid_unknown_fields=True):
-    name: str
+    name: Name
     slug: str
     # Limits and quotas: None is unlimited; see docs/limits.md.
-    monthly_token_quota: int | None = None
-    requests_per_minute: int | None = None
-    daily_token_quota: int | None = None
-    tokens_per_minute: int | None = None
-    concurrent_requests: int | None = None
+    monthly_token_quota: Int64 | None = None
+    requests_per_minute: Int32 | None = None
+    daily_token_quota: Int64 | None = None
+    tokens_per_minute: Int64 | None = None
+    concurrent_requests: Int32 | None = None
     audit_bodies: bool = False
-    allowed_models: list[str] | None = None
+    allowed_models: list[ModelName] | None = None
     scheduling_weight: int = 1
 
 
 class DepartmentUpdate(msgspec.Struct, forbid_unknown_fields=True):
     """Only the fields present are changed; send null to lift a quota."""
 
-    name: str | msgspec.UnsetType = msgspec.UNSET
-    monthly_token_quota: int | msgspec.UnsetType | None = msgspec.UNSET
-    requests_per_minute: int | msgspec.UnsetType | None = msgspec.UNSET
-    daily_token_quota: int | msgspec.UnsetType | None = msgspec.UNSET
-    tokens_per_minute: int | msgspec.UnsetType | None = msgspec.UNSET
-    concurrent_requests: int | msgspec.UnsetType | None = msgspec.UNSET
+    name: Name | msgspec.UnsetType = msgspec.UNSET
+    monthly_token_quota: Int64 | msgspec.UnsetType | None = msgspec.UNSET
+    requests_per_minute: Int32 | msgspec.UnsetType | None = msgspec.UNSET
+    daily_token_quota: Int64 | msgspec.UnsetType | None = msgspec.UNSET
+    tokens_per_minute: Int64 | msgspec.UnsetType | None = msgspec.UNSET
+    concurrent_requests: Int32 | msgspec.UnsetType | None = msgspec.UNSET
     audit_bodies: bool | msgspec.UnsetType = msgspec.UNSET
-    allowed_models: list[str] | msgspec.UnsetType | None = msgspec.UNSET
+    allowed_models: list[ModelName] | msgspec.UnsetType | None = msgspec.UNSET
     scheduling_weight: int | msgspec.UnsetType = msgspec.UNSET
 
 
@@ -52,7 +54,7 @@ class DepartmentRead(msgspec.Struct):
 
 
 class GroupMappingCreate(msgspec.Struct, forbid_unknown_fields=True):
-    group: str
+    group: GroupName
     department_id: uuid.UUID
 
 

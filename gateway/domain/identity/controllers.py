@@ -14,6 +14,7 @@ from litestar.response import Redirect
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.domain.audit import events
+from gateway.domain.fields import Email, Password
 from gateway.domain.identity import me, sso
 from gateway.domain.identity.guards import require_json, require_user, require_user_or_key
 from gateway.domain.identity.pending_login import LOGIN_COOKIE
@@ -24,8 +25,8 @@ from gateway.state import GatewayState
 
 
 class LocalLogin(msgspec.Struct, forbid_unknown_fields=True):
-    email: str
-    password: str
+    email: Email
+    password: Password
 
 
 class SignedIn(msgspec.Struct):

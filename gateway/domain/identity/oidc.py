@@ -102,7 +102,9 @@ class OidcClient:
 
     async def finish(self, pending: PendingLogin | None, state: str, code: str) -> dict[str, Any]:
         """Check ``state``, exchange ``code`` with the PKCE verifier, verify the ID token."""
-        if pending is None or not hmac.compare_digest(pending.state, state):
+        # As bytes: compare_digest refuses str that is not ASCII, and ``state`` is the client's.
+        sent = state.encode("utf-8", "surrogatepass")
+        if pending is None or not hmac.compare_digest(pending.state.encode(), sent):
             raise OidcError("login state does not match; start the login again")
         async with self._oauth() as oauth:
             try:

@@ -48,6 +48,8 @@ def encode(secret_key: str, pending: PendingLogin) -> str:
 
 def decode(secret_key: str, cookie: str) -> PendingLogin | None:
     """The pending login, or None if the cookie is missing, forged or stale."""
+    if not cookie.isascii():  # ours are base64url; anything else is forged (and would
+        return None  # make compare_digest raise TypeError)
     payload, _, signature = cookie.partition(".")
     if not payload or not hmac.compare_digest(signature, _sign(secret_key, payload.encode())):
         return None

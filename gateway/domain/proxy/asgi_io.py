@@ -11,7 +11,6 @@ from litestar.types import Receive, Send
 
 from gateway.domain.proxy.openai_errors import ApiError, error_body
 
-MAX_BODY_BYTES = 32 * 1024 * 1024
 T = TypeVar("T")
 
 
@@ -19,7 +18,15 @@ class ClientGone(Exception):
     """The client disconnected before the answer was complete."""
 
 
-async def read_body(receive: Receive) -> bytes:
+async def read_body(receive: Receive, max_bytes: int, content_length: bytes | None) -> bytes:
+    """The whole body, or a 413 once it passes ``max_bytes`` (at once if it says it will)."""
+    too_large = ApiError(
+        413, f"the request body is larger than {max_bytes} bytes", reason="body_too_large"
+    )
+    declared = content_length.strip() if content_length else b""
+    # The length check first: int() refuses a string of more than 4300 digits.
+    if declared.isdigit() and (len(declared) > 20 or int(declared) > max_bytes):
+        raise too_large
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -28,8 +35,8 @@ async def read_body(receive: Receive) -> bytes:
             raise ClientGone
         body: bytes = message.get("body", b"")  # type: ignore[assignment]
         size += len(body)
-        if size > MAX_BODY_BYTES:
-            raise ApiError(413, f"the request body is larger than {MAX_BODY_BYTES} bytes")
+        if size > max_bytes:
+            raise too_large
         chunks.append(body)
         if not message.get("more_body", False):
             return b"".join(chunks)

@@ -93,6 +93,8 @@ def parse(endpoint: str, raw: bytes) -> ApiRequest:
         raise ApiError(
             400, f"the request body is not valid JSON: {exc}", reason="bad_request"
         ) from None
+    except RecursionError:  # msgspec's answer to a body nested ~1000 levels deep
+        raise ApiError(400, "the request body is nested too deeply", reason="bad_request") from None
     if not isinstance(body, dict):
         raise ApiError(400, "the request body must be a JSON object", reason="bad_request")
     model = body.get("model")
@@ -103,6 +105,10 @@ def parse(endpoint: str, raw: bytes) -> ApiRequest:
     required = "messages" if endpoint == "chat.completions" else "prompt"
     if required not in body:
         raise ApiError(400, f"{required} is required", param=required, reason="bad_request")
+    # The gateway reads messages itself (affinity, token estimate): their shape must hold.
+    # The prompt's shapes are checked by prompts_of below.
+    if endpoint == "chat.completions":
+        _check_messages(body["messages"])
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise ApiError(400, "stream must be a boolean", param="stream", reason="bad_request")
@@ -130,6 +136,13 @@ def _text_estimate(text: str) -> int:
     return len(text.encode()) // 3 + 8
 
 
+def _check_messages(messages: Any) -> None:
+    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+        raise ApiError(
+            400, "messages must be an array of objects", param="messages", reason="bad_request"
+        )
+
+
 def _message_text(message: Any) -> str:
     if not isinstance(message, dict):
         return ""
@@ -137,5 +150,6 @@ def _message_text(message: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        texts = (p.get("text") for p in content if isinstance(p, dict))
+        return "".join(t for t in texts if isinstance(t, str))
     return ""

@@ -10,7 +10,6 @@ import hmac
 import time
 
 import msgspec
-import structlog
 from litestar import asgi
 from litestar.types import Message, Receive, Scope, Send
 from opentelemetry import trace
@@ -36,8 +35,6 @@ from gateway.domain.proxy.upstream import (
 )
 from gateway.domain.workers.pool import NoUpstream, Upstream
 from gateway.tracing import traceparent_of
-
-log = structlog.get_logger("gateway.proxy")
 
 
 async def chat_completions_api(scope: Scope, receive: Receive, send: Send) -> None:
@@ -110,7 +107,8 @@ async def serve_completion(scope: Scope, receive: Receive, send: Send, endpoint:
             if _method(scope) != "POST":
                 raise ApiError(405, f"use POST for {path}", reason="bad_request")
             authorize(exchange.principal, scope, headers)
-            raw = await read_body(receive)
+            limit = traffic.settings.api_body_max_bytes
+            raw = await read_body(receive, limit, headers.get(b"content-length"))
             exchange.keep_prompt(raw)
             request = parse(endpoint, raw)
             exchange.model = request.model
@@ -139,7 +137,7 @@ async def serve_completion(scope: Scope, receive: Receive, send: Send, endpoint:
         except ClientGone:
             await exchange.finish(499, reason="client_disconnected")
         except Exception as exc:
-            log.exception("proxy failure", path=path)
+            # Audited here; logged once, by whoever catches it above (entry.py or Litestar).
             if not exchange.finished:
                 await exchange.finish(500, reason="gateway_error", error=repr(exc))
             raise

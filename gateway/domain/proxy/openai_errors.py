@@ -12,6 +12,8 @@ _TYPES = {
     401: "authentication_error",
     403: "permission_error",
     404: "not_found_error",
+    405: "invalid_request_error",
+    413: "invalid_request_error",
     429: "rate_limit_exceeded",
     499: "client_closed_request",
     502: "upstream_error",

@@ -2,7 +2,8 @@
 
 The gateway starts it, waits until its /ready answers, and restarts it (with backoff) if it
 dies; ``close()`` drains it with SIGTERM. The internal token travels in an environment
-variable named by ``--api-key-env``, never on the command line, where ``ps`` would show it.
+variable named by ``--api-key-env``, never on the command line, where ``ps`` would show it;
+the rest of the child's environment is an allow-list (worker_env.py), not the gateway's.
 The child's output goes to a log file; a start that fails quotes that log's last lines.
 """
 
@@ -21,6 +22,8 @@ import httpx
 import structlog
 
 from gateway.domain.workers import orphan_guard
+from gateway.domain.workers.worker_env import worker_environment
+from gateway.private_files import private_dir, private_opener
 
 log = structlog.get_logger("gateway.workers")
 
@@ -50,6 +53,7 @@ class WorkerSupervisor:
         log_dir: Path,
         python: str = sys.executable,
         extra_args: Sequence[str] = (),
+        extra_env_names: Sequence[str] = (),
     ) -> None:
         if not token:
             raise ValueError("the embedded worker needs a token (see embedded_worker_token)")
@@ -60,6 +64,7 @@ class WorkerSupervisor:
         self.log_path = Path(log_dir) / f"worker-{port}.log"
         self.python = python
         self.extra_args = tuple(extra_args)
+        self.extra_env_names = tuple(extra_env_names)  # beyond worker_env's allow-list
         self.restarts = 0  # for /metrics and admins: how often the child had to come back
         self._token = token
         self._process: asyncio.subprocess.Process | None = None
@@ -115,13 +120,14 @@ class WorkerSupervisor:
         log.info("worker stopped", status=process.returncode)
 
     async def _launch(self) -> None:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(self.log_path.parent)
         self._log_offset = offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         # The orphan guard makes the child die with this process, even on SIGKILL.
         # Run as a file (it needs only the standard library), so ``python`` may be another
         # environment's interpreter, one that has inference but not the gateway.
         guard = [self.python, orphan_guard.__file__, str(os.getpid())]
-        with self.log_path.open("ab") as output:  # the child keeps its own copy of the fd
+        # The child keeps its own copy of the fd. 0600: the log may quote prompts.
+        with open(self.log_path, "ab", opener=private_opener) as output:
             try:
                 process = await self._spawn(guard, output)
             except OSError as exc:
@@ -144,7 +150,8 @@ class WorkerSupervisor:
             stdin=asyncio.subprocess.DEVNULL,
             stdout=output,
             stderr=asyncio.subprocess.STDOUT,
-            env={**os.environ, TOKEN_ENV: self._token},
+            # Never the gateway's whole environment: it holds the gateway's secrets.
+            env=worker_environment(os.environ, TOKEN_ENV, self._token, self.extra_env_names),
             # Its own session: a Ctrl-C on the gateway's terminal reaches the gateway,
             # which then drains the worker, instead of killing the worker mid-stream.
             start_new_session=True,

@@ -1,0 +1,27 @@
+"""Constrained field types for request bodies: no value the database would refuse.
+
+Postgres refuses a NUL character in text and a number past its column's integer type, and
+refuses it with an error the gateway could only answer with a 500. These types make msgspec
+refuse such a value first, as a 400 that names the field; a ``varchar(n)`` column's ``n``
+is the matching string's maximum length.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+
+NO_NUL = r"^[^\x00]*$"
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+
+Name = Annotated[str, msgspec.Meta(max_length=200, pattern=NO_NUL)]
+ModelName = Annotated[str, msgspec.Meta(max_length=200, pattern=NO_NUL)]
+GroupName = Annotated[str, msgspec.Meta(max_length=300, pattern=NO_NUL)]
+Email = Annotated[str, msgspec.Meta(max_length=320, pattern=NO_NUL)]
+# Only ever hashed, never stored; the cap keeps a megabyte "password" from costing a hash.
+Password = Annotated[str, msgspec.Meta(max_length=1024)]
+# Limit columns: requests and concurrency are INTEGER, token counts BIGINT.
+Int32 = Annotated[int, msgspec.Meta(le=INT32_MAX)]
+Int64 = Annotated[int, msgspec.Meta(le=INT64_MAX)]
