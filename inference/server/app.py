@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("inference.server")
 JSON = "application/json"
 TENANT_HEADER = "x-enclave-tenant"
+TENANT_WEIGHT_HEADER = "x-enclave-tenant-weight"
 
 
 class WorkerApp(WorkerMiddleware):
@@ -70,7 +71,9 @@ def create_app(
 
     async def generation(request: Request[Any, Any, Any], create: Any) -> Response[bytes] | Stream:
         body = await request.body()
-        tenant = worker.tenant_of(request.headers.get(TENANT_HEADER))
+        tenant = worker.tenant_of(
+            request.headers.get(TENANT_HEADER), request.headers.get(TENANT_WEIGHT_HEADER)
+        )
         try:
             result = await create(worker, body, tenant=tenant, receive=request.receive)
         except ClientDisconnected:
