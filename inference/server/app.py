@@ -20,7 +20,15 @@ from inference.server.errors import APIError, error_body
 from inference.server.generation import ClientDisconnected
 from inference.server.metrics import CONTENT_TYPE
 from inference.server.middleware import WorkerMiddleware
-from inference.server.protocol import DetokenizeRequest, ModelCard, ModelList, TokenizeRequest
+from inference.server.openapi import openapi_document
+from inference.server.protocol import (
+    DetokenizeRequest,
+    DetokenizeResponse,
+    ModelCard,
+    ModelList,
+    TokenizeRequest,
+    TokenizeResponse,
+)
 from inference.server.settings import ServerSettings
 from inference.server.validation import decode_request
 from inference.server.worker import Worker
@@ -33,6 +41,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("inference.server")
 JSON = "application/json"
 TENANT_HEADER = "x-enclave-tenant"
+TENANT_WEIGHT_HEADER = "x-enclave-tenant-weight"
 
 
 class WorkerApp(WorkerMiddleware):
@@ -70,7 +79,9 @@ def create_app(
 
     async def generation(request: Request[Any, Any, Any], create: Any) -> Response[bytes] | Stream:
         body = await request.body()
-        tenant = worker.tenant_of(request.headers.get(TENANT_HEADER))
+        tenant = worker.tenant_of(
+            request.headers.get(TENANT_HEADER), request.headers.get(TENANT_WEIGHT_HEADER)
+        )
         try:
             result = await create(worker, body, tenant=tenant, receive=request.receive)
         except ClientDisconnected:
@@ -120,11 +131,7 @@ def create_app(
             token_ids = tokenizer.encode(
                 body.prompt or "", add_special_tokens=body.add_special_tokens
             )
-        payload = {
-            "count": len(token_ids),
-            "max_model_len": engine.max_model_len,
-            "tokens": token_ids,
-        }
+        payload = TokenizeResponse(len(token_ids), engine.max_model_len, token_ids)
         return json_response(msgspec.json.encode(payload))
 
     @post("/detokenize", status_code=200)
@@ -137,7 +144,13 @@ def create_app(
         if bad:
             raise APIError(f"token id {bad[0]} is outside the vocabulary", param="tokens")
         text = engine.tokenizer.decode(body.tokens, skip_special_tokens=False)
-        return json_response(msgspec.json.encode({"prompt": text}))
+        return json_response(msgspec.json.encode(DetokenizeResponse(text)))
+
+    schema = openapi_document()
+
+    @get("/openapi.json")
+    async def openapi() -> Response[bytes]:
+        return json_response(schema)
 
     @get("/health")
     async def health() -> Response[bytes]:
@@ -190,12 +203,13 @@ def create_app(
             health,
             ready,
             metrics,
+            openapi,
         ],
         exception_handlers={APIError: _api_error, HTTPException: _http_error, Exception: _crash},
         on_startup=[startup],
         on_shutdown=[shutdown],
         logging_config=None,
-        openapi_config=None,
+        openapi_config=None,  # ours is /openapi.json, from the structs the handlers decode
     )
     return WorkerApp(litestar, worker, tracer_provider)
 

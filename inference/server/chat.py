@@ -43,13 +43,13 @@ from inference.server.validation import (
     resolve_max_tokens,
     to_sampling_params,
 )
-from inference.server.worker import Worker
+from inference.server.worker import Tenant, Worker
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 
 
 async def create_chat_completion(
-    worker: Worker, body: bytes, *, tenant: str, receive: Receive
+    worker: Worker, body: bytes, *, tenant: Tenant, receive: Receive
 ) -> bytes | AsyncIterator[bytes]:
     """JSON bytes, or the SSE byte stream when ``stream`` is set."""
     request = decode_request(body, ChatCompletionRequest)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 import logging
 import os
 import signal
@@ -29,6 +30,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--api-key-env",
         metavar="VAR",
         help="require 'Authorization: Bearer $VAR' on the API; VAR must be set and not empty",
+    )
+    parser.add_argument(
+        "--insecure-no-auth",
+        action="store_true",
+        help="allow a --host other than loopback without --api-key-env (anyone who can "
+        "reach the port can then generate)",
     )
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--device", default="auto")
@@ -71,9 +78,25 @@ def engine_config_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     return kwargs
 
 
+def is_loopback(host: str) -> bool:
+    """127.0.0.0/8, ::1 or localhost: only this machine can connect."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        return False
+
+
 def settings_from(args: argparse.Namespace) -> Any:
     from inference.server.settings import ServerSettings
 
+    if not args.api_key_env and not args.insecure_no_auth and not is_loopback(args.host):
+        # Refuse rather than serve the model to the network without a token by mistake.
+        raise ValueError(
+            f"--host {args.host} is reachable from other machines: give --api-key-env VAR "
+            "(the gateway's token), or --insecure-no-auth to serve without one"
+        )
     api_key = None
     if args.api_key_env:
         api_key = os.environ.get(args.api_key_env)

@@ -33,13 +33,13 @@ from inference.server.validation import (
     resolve_max_tokens,
     to_sampling_params,
 )
-from inference.server.worker import Worker
+from inference.server.worker import Tenant, Worker
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for the legacy endpoint
 
 
 async def create_completion(
-    worker: Worker, body: bytes, *, tenant: str, receive: Receive
+    worker: Worker, body: bytes, *, tenant: Tenant, receive: Receive
 ) -> bytes | AsyncIterator[bytes]:
     """JSON bytes, or the SSE byte stream when ``stream`` is set."""
     request = decode_request(body, CompletionRequest)

@@ -12,6 +12,7 @@ from inference.outputs import RequestOutput
 from inference.sampling.params import SamplingParams
 from inference.server.errors import APIError, param_of_value_error
 from inference.server.protocol import PromptTokensDetails, Usage
+from inference.server.worker import Tenant
 
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 
@@ -22,7 +23,7 @@ async def submit(
     prompts: Sequence[list[int]],
     params: SamplingParams,
     *,
-    tenant: str,
+    tenant: Tenant,
     prompt_param: str,
 ) -> list[RequestHandle]:
     """One engine request per prompt; all or none (the engine's ValueError is a 400)."""
@@ -30,7 +31,13 @@ async def submit(
     try:
         for index, token_ids in enumerate(prompts):
             handles.append(
-                await engine.add_request(f"{base_id}-{index}", token_ids, params, tenant=tenant)
+                await engine.add_request(
+                    f"{base_id}-{index}",
+                    token_ids,
+                    params,
+                    tenant=tenant.name,
+                    weight=tenant.weight,
+                )
             )
     except ValueError as exc:
         for handle in handles:

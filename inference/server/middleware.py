@@ -42,6 +42,10 @@ class WorkerMiddleware:
         self.tracer = tracer_for(tracer_provider)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            # No route takes a WebSocket; refuse one before the router sees it, token or not.
+            await send({"type": "websocket.close", "code": 1008})
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return

@@ -94,6 +94,16 @@ class DetokenizeRequest(Struct, kw_only=True, forbid_unknown_fields=True):
     model: str | None = None
 
 
+class TokenizeResponse(Struct):
+    count: int
+    max_model_len: int
+    tokens: list[int]
+
+
+class DetokenizeResponse(Struct):
+    prompt: str
+
+
 # -- responses ----------------------------------------------------------------------------
 
 

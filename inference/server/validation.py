@@ -7,7 +7,7 @@ tell which field to fix.
 from __future__ import annotations
 
 import re
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -19,6 +19,7 @@ RequestT = TypeVar("RequestT", bound=msgspec.Struct)
 
 MAX_N = 128
 MAX_LOGPROBS = 20
+MAX_DEPTH = 32  # nesting of free-form fields such as chat_template_kwargs
 _UNKNOWN_FIELD = re.compile(r"unknown field `([^`]*)`")
 _AT_PATH = re.compile(r" - at `\$\.?([^`]*)`$")
 
@@ -30,6 +31,30 @@ def decode_request(body: bytes, kind: type[RequestT]) -> RequestT:
         raise _validation_error(str(exc)) from None
     except msgspec.DecodeError as exc:
         raise APIError(f"The request body is not valid JSON: {exc}", code="invalid_json") from None
+    except RecursionError:
+        # msgspec decodes nested arrays and objects recursively and gives up (RecursionError,
+        # not a DecodeError) near Python's recursion limit: the client sent that nesting.
+        raise APIError("The request body is nested too deeply", code="invalid_json") from None
+
+
+def check_depth(value: Any, param: str, limit: int = MAX_DEPTH) -> None:
+    """400 if ``value`` nests lists and objects more than ``limit`` deep.
+
+    Free-form fields (``Any``) decode at any depth msgspec allows, and the code that walks
+    them later (the chat template's data copy) recurses: this walk does not.
+    """
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            raise bad_param(param, f"{param} is nested more than {limit} levels deep")
+        stack.extend((child, depth + 1) for child in children)
 
 
 def _validation_error(message: str) -> APIError:
@@ -56,6 +81,9 @@ def check_common(request: SamplingFields) -> None:
         raise unsupported("best_of", "is not supported (only best_of == n)")
     if not 1 <= request.n <= MAX_N:
         raise bad_param("n", f"n must be between 1 and {MAX_N}, got {request.n}")
+    # JSON integers have no bound; torch's generator takes 64 bits (seed + sample index).
+    if request.seed is not None and not -(2**63) <= request.seed < 2**63:
+        raise bad_param("seed", "seed must be a 64-bit signed integer")
     if request.stream_options is not None and not request.stream:
         raise bad_param("stream_options", "stream_options is only allowed when stream is true")
 
@@ -69,6 +97,8 @@ def check_chat(request: ChatCompletionRequest) -> None:
         raise unsupported("tool_choice", "is not supported yet")
     if not request.messages:
         raise bad_param("messages", "messages must contain at least one message")
+    if request.chat_template_kwargs is not None:
+        check_depth(request.chat_template_kwargs, "chat_template_kwargs")
     if request.top_logprobs is not None:
         if not request.logprobs:
             raise bad_param("top_logprobs", "top_logprobs requires logprobs to be true")

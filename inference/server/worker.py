@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from inference.engine.async_engine import AsyncEngine
@@ -12,6 +14,34 @@ from inference.server.settings import ServerSettings
 
 if TYPE_CHECKING:
     from inference.engine.llm_engine import LLMEngine
+
+
+MAX_TENANT_WEIGHT = 1000  # the gateway's departments.scheduling_weight is 1..1000
+_DECIMAL = re.compile(r"[0-9]{1,4}(\.[0-9]{1,6})?")
+
+
+@dataclass(frozen=True, slots=True)
+class Tenant:
+    """Who the engine shares itself between: ``weight`` is this tenant's share relative to
+    the others' (2 is admitted twice as often as 1 while both wait)."""
+
+    name: str
+    weight: float = 1.0
+
+
+def _weight_of(header: str | None) -> float:
+    if header is None:
+        return 1.0
+    text = header.strip()
+    # A plain decimal only: float() would also take "nan", "1e3" and "1_000".
+    weight = float(text) if _DECIMAL.fullmatch(text) else 0.0
+    if not 1 <= weight <= MAX_TENANT_WEIGHT:
+        raise APIError(
+            f"X-Enclave-Tenant-Weight must be a number from 1 to {MAX_TENANT_WEIGHT}, "
+            f"got {header[:32]!r}",
+            param="X-Enclave-Tenant-Weight",
+        )
+    return weight
 
 
 class Worker:
@@ -81,14 +111,15 @@ class Worker:
                 code="model_not_found",
             )
 
-    def tenant_of(self, header: str | None) -> str:
-        tenant = (header or "").strip() or "default"
-        if len(tenant) > self.settings.max_tenant_length:
+    def tenant_of(self, header: str | None, weight_header: str | None = None) -> Tenant:
+        """From X-Enclave-Tenant and X-Enclave-Tenant-Weight (absent: ``default``, 1)."""
+        name = (header or "").strip() or "default"
+        if len(name) > self.settings.max_tenant_length:
             raise APIError(
                 f"X-Enclave-Tenant is longer than {self.settings.max_tenant_length} characters",
                 param="X-Enclave-Tenant",
             )
-        return tenant
+        return Tenant(name, _weight_of(weight_header))
 
     def _retry(self) -> dict[str, str]:
         return {"Retry-After": str(self.settings.retry_after_s)}

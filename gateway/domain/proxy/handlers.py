@@ -278,6 +278,8 @@ def _upstream_headers(exchange: Exchange, span: trace.Span) -> dict[str, str]:
         "content-type": "application/json",
         "x-request-id": exchange.request_id,
         "x-enclave-tenant": department.slug if department else "default",
+        # The department's share of the worker's scheduler, relative to the others'.
+        "x-enclave-tenant-weight": str(department.scheduling_weight if department else 1),
         **traceparent_of(span),
     }
 

@@ -39,7 +39,7 @@ def test_api_requests_keep_request_id_auth_limits_audit_and_the_log_line(
             gateway = embedded_gateway(tmp_path, workers=worker_url, worker_token=WORKER_TOKEN)
             settings = gateway.settings
             asyncio.run(admin_tasks.create_department(settings, "Quality", "quality"))
-            asyncio.run(set_limits(settings, "quality", requests_per_minute=1))
+            asyncio.run(set_limits(settings, "quality", requests_per_minute=1, scheduling_weight=3))
             key = asyncio.run(admin_tasks.create_key(settings, "quality", "t", None, None))
             app = create_app(settings)
             auth = {"authorization": f"Bearer {key}"}
@@ -51,6 +51,7 @@ def test_api_requests_keep_request_id_auth_limits_audit_and_the_log_line(
                 assert ours.startswith("req-")
                 head = upstream.last_head.decode().lower()  # the worker sees our id
                 assert f"x-request-id: {ours}" in head and "x-enclave-tenant: quality" in head
+                assert "x-enclave-tenant-weight: 3\r\n" in head  # the department's weight
                 assert f"traceparent: 00-{TRACE}-" in head  # no exporter, the trace goes on
                 assert first.headers["x-ratelimit-limit-requests"] == "1"
                 assert "data: [DONE]" in first.text

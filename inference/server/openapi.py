@@ -1,0 +1,128 @@
+"""GET /openapi.json: the worker's API as OpenAPI 3.1, built from the msgspec structs.
+
+The handlers read raw bytes and decode them with msgspec themselves (so that every
+rejection is OpenAI's error body), which leaves Litestar nothing to describe; the
+document is written here instead, from the same structs the handlers decode with, so it
+cannot drift from what they accept.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from inference import __version__
+from inference.server.protocol import (
+    ChatCompletion,
+    ChatCompletionRequest,
+    Completion,
+    CompletionRequest,
+    DetokenizeRequest,
+    DetokenizeResponse,
+    ModelList,
+    TokenizeRequest,
+    TokenizeResponse,
+)
+
+_REF = "#/components/schemas/{name}"
+_ERROR = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["message", "type", "param", "code"],
+            "properties": {
+                "message": {"type": "string"},
+                "type": {"type": "string"},
+                "param": {"type": ["string", "null"]},
+                "code": {"type": ["string", "null"]},
+            },
+        }
+    },
+}
+_HEADERS = [
+    ("X-Request-Id", "Echoed on the response; a new id is made when none comes."),
+    ("X-Enclave-Tenant", "The tenant the scheduler shares the engine between."),
+    ("X-Enclave-Tenant-Weight", "That tenant's scheduling weight, 1 to 1000 (default 1)."),
+    ("traceparent", "W3C trace context, continued by the worker's span."),
+]
+
+
+def openapi_document() -> bytes:
+    structs: list[Any] = [
+        CompletionRequest, Completion, ChatCompletionRequest, ChatCompletion,
+        TokenizeRequest, TokenizeResponse, DetokenizeRequest, DetokenizeResponse, ModelList,
+    ]  # fmt: skip
+    _, components = msgspec.json.schema_components(structs, ref_template=_REF)
+    components["Error"] = _ERROR
+    generation_headers = [
+        {"name": name, "in": "header", "required": False, "schema": {"type": "string"},
+         "description": description}
+        for name, description in _HEADERS
+    ]  # fmt: skip
+    document = {
+        "openapi": "3.1.0",
+        "info": {"title": "Enclave inference worker", "version": __version__},
+        "components": {
+            "schemas": components,
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+        "security": [{"bearer": []}],
+        "paths": {
+            "/v1/completions": {
+                "post": _post("CompletionRequest", "Completion", generation_headers, sse=True)
+            },
+            "/v1/chat/completions": {
+                "post": _post(
+                    "ChatCompletionRequest", "ChatCompletion", generation_headers, sse=True
+                )
+            },
+            "/tokenize": {"post": _post("TokenizeRequest", "TokenizeResponse", [])},
+            "/detokenize": {"post": _post("DetokenizeRequest", "DetokenizeResponse", [])},
+            "/v1/models": {"get": {"responses": _responses(_json("ModelList"))}},
+            "/health": _probe("200 while the process is alive"),
+            "/ready": _probe("Takes requests", not_ready="Loading, draining or failed"),
+            "/metrics": _probe("Prometheus text format", media_type="text/plain"),
+            "/openapi.json": {"get": {"responses": _responses({"application/json": {}})}},
+        },
+    }
+    return msgspec.json.encode(document)
+
+
+def _json(name: str) -> dict[str, Any]:
+    return {"application/json": {"schema": {"$ref": _REF.format(name=name)}}}
+
+
+def _responses(ok: dict[str, Any]) -> dict[str, Any]:
+    error = {"content": _json("Error")}
+    return {
+        "200": {"description": "OK", "content": ok},
+        "400": {"description": "A parameter to fix; `param` names it", **error},
+        "401": {"description": "Missing or wrong bearer token", **error},
+        "503": {"description": "Loading, draining or overloaded (Retry-After)", **error},
+    }
+
+
+def _post(
+    request: str, response: str, headers: list[dict[str, Any]], *, sse: bool = False
+) -> dict[str, Any]:
+    ok = _json(response)
+    if sse:  # with "stream": true, server-sent events ending in "data: [DONE]"
+        ok["text/event-stream"] = {"schema": {"type": "string"}}
+    return {
+        "parameters": headers,
+        "requestBody": {"required": True, "content": _json(request)},
+        "responses": _responses(ok),
+    }
+
+
+def _probe(
+    description: str, media_type: str = "application/json", not_ready: str | None = None
+) -> dict[str, Any]:
+    responses = {"200": {"description": description, "content": {media_type: {}}}}
+    if not_ready is not None:
+        responses["503"] = {"description": not_ready, "content": {media_type: {}}}
+    # security []: open, as probes and Prometheus carry no token.
+    return {"get": {"security": [], "responses": responses}}
