@@ -29,6 +29,7 @@ from gateway.domain.limits.types import (
     reservation_tokens,
     settled_tokens,
 )
+from gateway.domain.limits.unsettled import Settlement, UnsettledQueue
 
 log = structlog.get_logger("gateway.limits")
 
@@ -54,6 +55,8 @@ class RedisLimiter:
         self._timeout_s = timeout_s
         self._admit = redis.register_script(lua.ADMIT)
         self._settle = redis.register_script(lua.SETTLE)
+        # Settlements Redis could not take when they were made, retried until it does.
+        self.unsettled = UnsettledQueue(self._send, UNREACHABLE)
 
     def _keys(self, scope: Scope, kinds: Sequence[str]) -> list[str]:
         return [f"{self._prefix}:{scope.key}:{kind}" for kind in kinds]
@@ -111,16 +114,23 @@ class RedisLimiter:
             periods.month_of(at),
             self._lease_us // 1000,
         ]
+        settlement = Settlement(reservation.id, tuple(keys), tuple(args))
         try:
-            async with asyncio.timeout(self._timeout_s):
-                await self._settle(keys=keys, args=args)
+            await self._send(settlement)
         except UNREACHABLE as exc:
-            # The reservation stays counted and the slot's lease ends it: over-counting
-            # for a while is the safe side, and the response is already on its way.
-            log.warning("limits_settle_failed", reservation=reservation.id, error=str(exc))
+            # Kept and retried until Redis takes it (see unsettled.py); until then the
+            # reservation stays counted, the safe side, and the slot's lease ends it.
+            log.warning("limits_settle_deferred", reservation=reservation.id, error=str(exc))
+            self.unsettled.add(settlement)
+
+    async def _send(self, settlement: Settlement) -> None:
+        async with asyncio.timeout(self._timeout_s):
+            await self._settle(keys=list(settlement.keys), args=list(settlement.args))
 
     async def close(self) -> None:
-        """The Redis client belongs to the gateway state, which closes it."""
+        """Stops retrying settlements (after a last try); the Redis client belongs to the
+        gateway state, which closes it."""
+        await self.unsettled.close()
 
 
 def _conclude(rid: str, scopes: Sequence[Scope], tokens: int, reply: list[int]) -> Reservation:

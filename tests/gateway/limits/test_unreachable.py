@@ -15,6 +15,7 @@ from gateway.domain.limits.memory import InProcessLimiter
 from gateway.domain.limits.redis_limiter import RedisLimiter
 from gateway.domain.limits.types import LimiterUnavailable, Limits, Reservation, Scope
 from gateway.settings import Settings
+from tests.gateway.traffic.processes import link_to
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -54,7 +55,44 @@ async def test_fails_open_when_configured_and_enforces_nothing(down: Redis) -> N
 
 async def test_settling_with_redis_down_does_not_raise(down: Redis) -> None:
     reservation = Reservation("r1", (SCOPE,), 10, {}, admitted_at_us=1)
-    await RedisLimiter(down).settle(reservation, 5)
+    limiter = RedisLimiter(down)
+    await limiter.settle(reservation, 5)
+    assert len(limiter.unsettled) == 1  # kept for a retry, not dropped
+    with capture_logs() as logs:
+        await limiter.close()
+    assert [e["count"] for e in logs if e["event"] == "limits_unsettled_at_shutdown"] == [1]
+
+
+async def test_a_settlement_redis_missed_is_made_once_it_is_back(
+    redis_url: str, prefix: str
+) -> None:
+    """Cut Redis between admission and settlement: the quota must end at what was used,
+    not at what was reserved, and the slot must be free, once Redis is reachable again."""
+    scope = Scope("dept:cut", Limits(concurrent_requests=1, tokens_per_day=1000))
+    with link_to(redis_url) as (link, through):
+        client = Redis.from_url(through)
+        limiter = RedisLimiter(client, prefix=prefix, timeout_s=0.5)
+        limiter.unsettled.interval = 0.05
+        try:
+            reservation = await limiter.admit([scope], 400)
+            link.cut()
+            await limiter.settle(reservation, 25)
+            assert len(limiter.unsettled) == 1
+            await asyncio.sleep(0.3)  # retries meanwhile fail and keep it
+            assert len(limiter.unsettled) == 1
+            link.restore()
+            for _ in range(100):
+                if not limiter.unsettled:
+                    break
+                await asyncio.sleep(0.05)
+            assert not limiter.unsettled
+            quota = await client.hgetall(f"{prefix}:{scope.key}:quota")
+            assert (quota[b"du"], quota[b"mu"]) == (b"25", b"25")
+            assert await client.zcard(f"{prefix}:{scope.key}:conc") == 0
+            await limiter.admit([scope], 400)  # the slot is free again
+        finally:
+            await limiter.close()
+            await client.aclose()
 
 
 async def test_a_redis_that_hangs_counts_as_down() -> None:
