@@ -18,9 +18,16 @@ import httpx
 
 from gateway.bench.fake_upstream import FakeUpstream
 from tests.gateway.postgres import fresh_postgres
-from tests.inference.server.conftest import free_port
+from tests.inference.server.conftest import API_KEY, free_port
 
-__all__ = ["Link", "fake_worker", "fresh_postgres", "gateway_process", "link_to"]
+__all__ = [
+    "Link",
+    "fake_worker",
+    "fresh_postgres",
+    "gateway_process",
+    "link_to",
+    "worker_process",
+]
 
 
 @contextlib.contextmanager
@@ -158,3 +165,26 @@ def link_to(url: str) -> Iterator[tuple[Link, str]]:
         yield link, urlunsplit(through)
     finally:
         link.close()
+
+
+def worker_process(
+    checkpoint: Path, port: int, log: Path, token: str = API_KEY
+) -> subprocess.Popen[bytes]:
+    """`python -m inference serve` on ``checkpoint`` as model "tiny", once it is ready."""
+    command = [
+        sys.executable, "-m", "inference", "serve", "--model", str(checkpoint),
+        "--port", str(port), "--served-model-name", "tiny", "--api-key-env", "WORKER_TOKEN",
+        "--dtype", "float32", "--max-model-len", "256", "--kv-cache-memory-bytes", str(4 << 20),
+    ]  # fmt: skip
+    env = {**os.environ, "WORKER_TOKEN": token}
+    process = subprocess.Popen(command, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(log.read_text()[-2000:])
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"http://127.0.0.1:{port}/ready", timeout=1).status_code == 200:
+                return process
+        time.sleep(0.2)
+    process.kill()
+    raise AssertionError("the worker did not become ready")

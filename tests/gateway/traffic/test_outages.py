@@ -6,11 +6,8 @@ import asyncio
 import os
 import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 
-import httpx
 import openai
 import pytest
 
@@ -19,12 +16,11 @@ from gateway.db.engine import create_engine, session_factory
 from gateway.domain.audit.verify import verify_chain
 from tests.gateway.audit.support import seal_for
 from tests.gateway.traffic.conftest import (
-    WORKER_TOKEN,
     RunningGateway,
     read_records,
     running_gateway,
 )
-from tests.gateway.traffic.processes import fake_worker, fresh_postgres, link_to
+from tests.gateway.traffic.processes import fake_worker, fresh_postgres, link_to, worker_process
 from tests.inference.server.conftest import free_port
 
 CHAT = [{"role": "user", "content": "hello"}]
@@ -137,30 +133,9 @@ def test_redis_down_with_fail_open_admits(redis_url: str, tmp_path: Path) -> Non
         assert reply.choices[0].message.content == "ok"
 
 
-def _start_worker(checkpoint: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
-    command = [
-        sys.executable, "-m", "inference", "serve", "--model", str(checkpoint),
-        "--port", str(port), "--served-model-name", "tiny", "--api-key-env", "WORKER_TOKEN",
-        "--dtype", "float32", "--max-model-len", "256", "--kv-cache-memory-bytes", str(4 << 20),
-    ]  # fmt: skip
-    env = {**os.environ, "WORKER_TOKEN": WORKER_TOKEN}
-    process = subprocess.Popen(command, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        assert process.poll() is None, log.read_text()[-2000:]
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/ready", timeout=1).status_code == 200:
-                return process
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    process.kill()
-    raise AssertionError("the worker did not become ready")
-
-
 def test_worker_killed_mid_stream(tiny_checkpoint: Path, tmp_path: Path) -> None:
     port = free_port()
-    worker = _start_worker(tiny_checkpoint, port, tmp_path / "worker.log")
+    worker = worker_process(tiny_checkpoint, port, tmp_path / "worker.log")
     try:
         with running_gateway(tmp_path, [f"http://127.0.0.1:{port}"]) as gateway:
             _stream_until_the_worker_dies(gateway, worker)
