@@ -6,14 +6,17 @@ about six times as much at one row as widening each tile where it is multiplied,
 still about twice as much at 32 rows. With hundreds of rows (prefill chunks) oneDNN's
 matmul over a dequantized copy wins, so the kernel takes only up to `PER_ROW_MAX_ROWS`
 rows (per-row scales), or `GROUPED_MAX_ROWS` for grouped scales, whose dequantizing costs
-more (measured in docs/engine.md). It needs AVX-512 BF16; without it, FP8 layers keep the
-fallback.
+more (measured in docs/engine.md). It needs AVX-512F, BW and VL, and is built one of two
+ways (`Fp8LinearKernel.path`): "bf16" with AVX-512 BF16's `vdpbf16ps`, "emulated" with two
+float32 FMAs a pair where the processor lacks AVX-512 BF16. Without AVX-512 (AVX2 only),
+FP8 layers keep the fallback.
 """
 
 from __future__ import annotations
 
 import ctypes
 import logging
+from typing import Literal
 
 import torch
 
@@ -23,24 +26,29 @@ log = logging.getLogger("inference.kernels")
 
 PER_ROW_MAX_ROWS = 128
 GROUPED_MAX_ROWS = 192
+Fp8Path = Literal["bf16", "emulated"]
+# fp8_linear_available()'s answers: which dot product the library was compiled with.
+PATHS: dict[int, Fp8Path] = {1: "bf16", 2: "emulated"}
 
 
 def load_fp8_linear(extra_flags: tuple[str, ...] = ()) -> Fp8LinearKernel | None:
-    """The kernel, or None where it cannot be built or this processor lacks AVX-512 BF16."""
+    """The kernel, or None where it cannot be built or this processor lacks AVX-512F/BW/VL."""
     try:
         library = load_library("fp8_linear", extra_flags)
     except KernelBuildError as error:
         log.warning("fused FP8 matmul unavailable, dequantizing instead: %s", error)
         return None
-    if not library.fp8_linear_available():
-        log.info("no AVX-512 BF16 here: FP8 layers dequantize their weights, then multiply")
+    path = PATHS.get(library.fp8_linear_available())
+    if path is None:
+        log.info("no AVX-512 here: FP8 layers dequantize their weights, then multiply")
         return None
-    return Fp8LinearKernel(library)
+    return Fp8LinearKernel(library, path)
 
 
 class Fp8LinearKernel:
-    def __init__(self, library: ctypes.CDLL) -> None:
+    def __init__(self, library: ctypes.CDLL, path: Fp8Path) -> None:
         self._lib = library
+        self.path = path  # "bf16" or "emulated": which dot product fp8_linear.c was built with
 
     def __call__(
         self, x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, group_size: int | None

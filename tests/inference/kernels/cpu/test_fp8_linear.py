@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from inference.kernels.cpu.build import load_library
 from inference.kernels.cpu.fp8_linear import (
     GROUPED_MAX_ROWS,
     PER_ROW_MAX_ROWS,
@@ -18,17 +19,32 @@ from inference.model.quant import Fp8Linear
 from inference.model.quant.fp8_math import FP8_DTYPE, dequantize_weight_fp8, quantize_weight_fp8
 
 
-def has_avx512_bf16() -> bool:
+def cpu_flags() -> set[str]:
     flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines() if "flags" in line)
-    return "avx512_bf16" in flags.split()
+    return set(flags.split(":", 1)[1].split())
+
+
+# The native build, and the emulated path forced, so that a processor with AVX-512 BF16
+# checks both (on one without, both builds are the emulated path).
+BUILDS = {"native": (), "emulated": ("-mno-avx512bf16",)}
+
+
+@pytest.fixture(scope="module", params=list(BUILDS))
+def build(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
 
 
 @pytest.fixture(scope="module")
-def kernel() -> Fp8LinearKernel:
-    loaded = load_fp8_linear()
-    # The appliance's and CI's processors have AVX-512 BF16; elsewhere FP8 layers fall back.
-    assert (loaded is not None) == has_avx512_bf16()
+def kernel(build: str) -> Fp8LinearKernel:
+    """Every processor the project runs on has AVX-512F, BW and VL (Sapphire Rapids and the
+    AMD EPYC with AVX-512 BF16 as well, the Ice Lake Xeon without), and the kernel runs
+    wherever they are; only a build without AVX-512 falls back (tested below)."""
+    flags = cpu_flags()
+    assert {"avx512f", "avx512bw", "avx512vl"} <= flags, "the fused FP8 matmul needs them"
+    loaded = load_fp8_linear(BUILDS[build])
     assert loaded is not None
+    bf16 = "avx512_bf16" in flags and build == "native"
+    assert loaded.path == ("bf16" if bf16 else "emulated")
     return loaded
 
 
@@ -96,6 +112,26 @@ def test_every_e4m3_value_is_widened_exactly(kernel: Fp8LinearKernel, rows: int)
 
 
 @pytest.mark.parametrize("rows", [1, 20])
+def test_grouped_weights_round_as_the_fallback_does(kernel: Fp8LinearKernel, rows: int) -> None:
+    """Grouped scales are applied in float32 and the product rounded once to bfloat16, to
+    nearest even: with x picking column 5, out is the fallback's dequantized value bit for
+    bit. The scales put some products exactly halfway (rounding down to even, and up to
+    even) and others above and below half."""
+    codes = torch.arange(256, dtype=torch.uint8)
+    codes = codes[(codes & 0x7F) != 0x7F]
+    q = torch.zeros(codes.numel(), 40, dtype=torch.uint8)
+    q[:, 5] = codes
+    q = q.view(FP8_DTYPE)
+    scales = torch.tensor([1 + 2**-8, 1 + 2**-7 + 2**-8, 1.2345, 3.7e-3, 2.5e4])
+    scale = scales.repeat(-(-codes.numel() // 5))[: codes.numel(), None].expand(-1, 3)
+    x = torch.zeros(rows, 40, dtype=torch.bfloat16)
+    x[:, 5] = 1
+    got = kernel(x, q, scale.contiguous(), 16)
+    want = dequantize_weight_fp8(q, scale, torch.bfloat16, 16)[:, 5]
+    assert got is not None and torch.equal(got, want.expand(rows, -1))
+
+
+@pytest.mark.parametrize("rows", [1, 20])
 def test_reads_no_scale_past_the_last_group(kernel: Fp8LinearKernel, rows: int) -> None:
     """40 columns pad to 64: the padding has no group, so no scale may be read for it (the
     last row's would lie past the tensor; here a NaN waits there)."""
@@ -124,7 +160,9 @@ def test_declines_what_it_does_not_take(kernel: Fp8LinearKernel) -> None:
 
 
 def test_portable_build_falls_back() -> None:
-    """Without AVX-512 the library builds but says it cannot run: layers dequantize."""
+    """Without AVX-512 (an AVX2 processor) the library builds but says it cannot run:
+    layers dequantize."""
+    assert load_library("fp8_linear", ("-mno-avx512f",)).fp8_linear_available() == 0
     assert load_fp8_linear(("-mno-avx512f",)) is None
     portable = load_layer_kernels(("-mno-avx512f",))
     assert portable is not None and portable.fp8 is None
@@ -132,8 +170,15 @@ def test_portable_build_falls_back() -> None:
     assert portable.fp8_linear(torch.randn(2, 64).bfloat16(), q, scale, None) is None
 
 
+def test_bf16_build_compiles() -> None:
+    """The "bf16" path compiles wherever the tests run (a processor without AVX-512 BF16
+    cannot run it, but it can say which path it was built with)."""
+    library = load_library("fp8_linear", ("-mavx512bf16",))
+    assert library.fp8_linear_available() == 1
+
+
 @pytest.mark.parametrize("rows", [1, 3, PER_ROW_MAX_ROWS, PER_ROW_MAX_ROWS + 1])
-def test_layer_gives_the_fallbacks_result(kernel: Fp8LinearKernel, rows: int) -> None:
+def test_layer_gives_the_fallbacks_result(build: str, kernel: Fp8LinearKernel, rows: int) -> None:
     """An Fp8Linear with the CPU kernels set: the fused kernel for a few rows, dequantizing
     for more; both within bf16 rounding of the plain layer."""
     from inference.model.layers.linear import FusedLinear
@@ -145,8 +190,9 @@ def test_layer_gives_the_fallbacks_result(kernel: Fp8LinearKernel, rows: int) ->
     layer = Fp8Linear.from_linear(linear)
     x = torch.randn(rows, 96).bfloat16()
     plain = layer(x)
-    kernels = load_layer_kernels()
+    kernels = load_layer_kernels(BUILDS[build])
     assert kernels is not None and kernels.fp8 is not None
+    assert kernels.fp8.path == kernel.path
     layer.kernels = kernels
     fast = layer(x)
     torch.testing.assert_close(fast.float(), plain.float(), rtol=2e-2, atol=5e-2)
