@@ -3,13 +3,20 @@
 For a decode step's rows of activations, an FP8 layer's time is reading and widening its
 weight: dequantizing it whole into a bf16 copy and then multiplying (the fallback) costs
 about six times as much at one row as widening each tile where it is multiplied, and
-still about twice as much at 32 rows. With hundreds of rows (prefill chunks) oneDNN's
-matmul over a dequantized copy wins, so the kernel takes only up to `PER_ROW_MAX_ROWS`
-rows (per-row scales), or `GROUPED_MAX_ROWS` for grouped scales, whose dequantizing costs
-more (measured in docs/engine.md). It needs AVX-512F, BW and VL, and is built one of two
-ways (`Fp8LinearKernel.path`): "bf16" with AVX-512 BF16's `vdpbf16ps`, "emulated" with two
-float32 FMAs a pair where the processor lacks AVX-512 BF16. Without AVX-512 (AVX2 only),
-FP8 layers keep the fallback.
+still about twice as much at 32 rows. It needs AVX-512F, BW and VL, and is built one of
+two ways (`Fp8LinearKernel.path`):
+
+- "bf16", where the processor has AVX-512 BF16 (Sapphire Rapids, the AMD EPYC): the
+  dot products are `vdpbf16ps`. With hundreds of rows (prefill chunks) oneDNN's bf16
+  matmul over a dequantized copy wins, so the kernel takes only up to `PER_ROW_MAX_ROWS`
+  rows (per-row scales), or `GROUPED_MAX_ROWS` for grouped scales, whose dequantizing
+  costs more.
+- "emulated", where it does not (the Ice Lake Xeon): each pair's products are two
+  float32 FMAs. oneDNN's bf16 matmul is slow there too (no bf16 instructions), and the
+  kernel stayed 2.5 to 5 times faster than the fallback up to 2,048 rows, so it takes
+  any number of rows.
+
+Measured in docs/engine.md. Without AVX-512 (AVX2 only), FP8 layers keep the fallback.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from inference.kernels.cpu.build import KernelBuildError, load_library
 
 log = logging.getLogger("inference.kernels")
 
+# The most rows the "bf16" build takes; the "emulated" one takes any number.
 PER_ROW_MAX_ROWS = 128
 GROUPED_MAX_ROWS = 192
 Fp8Path = Literal["bf16", "emulated"]
@@ -50,6 +58,12 @@ class Fp8LinearKernel:
         self._lib = library
         self.path = path  # "bf16" or "emulated": which dot product fp8_linear.c was built with
 
+    def max_rows(self, group_size: int | None) -> int | None:
+        """The most rows of activations this build takes (None: any number)."""
+        if self.path == "emulated":
+            return None
+        return PER_ROW_MAX_ROWS if group_size is None else GROUPED_MAX_ROWS
+
     def __call__(
         self, x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, group_size: int | None
     ) -> torch.Tensor | None:
@@ -59,8 +73,10 @@ class Fp8LinearKernel:
         ``scale``: (out,) per row (``group_size`` None) or (out, groups) of ``group_size``
         columns, float32; the weight ``q`` (out, in) e4m3, contiguous.
         """
-        limit = PER_ROW_MAX_ROWS if group_size is None else GROUPED_MAX_ROWS
-        if x.dim() != 2 or not 0 < x.shape[0] <= limit or x.dtype != torch.bfloat16:
+        limit = self.max_rows(group_size)
+        if x.dim() != 2 or x.shape[0] == 0 or x.dtype != torch.bfloat16:
+            return None
+        if limit is not None and x.shape[0] > limit:
             return None
         if x.stride(1) != 1 or x.device.type != "cpu" or scale.dtype != torch.float32:
             return None

@@ -76,6 +76,8 @@ def expected(
         (9, 100, 576, 16),
         (33, 30, 64, 32),
         (GROUPED_MAX_ROWS, 20, 64, 16),
+        (300, 26, 96, None),  # past the "bf16" build's limits: the "emulated" one only
+        (300, 26, 96, 32),
     ],
 )
 def test_matches_float64(
@@ -88,6 +90,10 @@ def test_matches_float64(
     wide = torch.randn(rows, cols + 8, generator=g).bfloat16()
     x = wide[:, 3 : 3 + cols]  # rows strided, as a view of a fused projection
     got = kernel(x, q, scale.contiguous(), group)
+    limit = kernel.max_rows(group)
+    if limit is not None and rows > limit:
+        assert got is None
+        return
     assert got is not None and got.dtype == torch.bfloat16 and got.shape == (rows, out)
     want = expected(x, q, scale, group)
     # Rounding the float32 sums to bf16: half an ulp, 2^-9 of each value.
@@ -151,7 +157,8 @@ def test_declines_what_it_does_not_take(kernel: Fp8LinearKernel) -> None:
     x = torch.randn(2, 64).bfloat16()
     assert kernel(x, q, scale, None) is not None
     assert kernel(x.float(), q, scale, None) is None  # float32 activations
-    assert kernel(torch.randn(PER_ROW_MAX_ROWS + 1, 64).bfloat16(), q, scale, None) is None
+    many = torch.randn(PER_ROW_MAX_ROWS + 1, 64).bfloat16()
+    assert (kernel(many, q, scale, None) is None) == (kernel.path == "bf16")
     assert kernel(x[:0], q, scale, None) is None
     assert kernel(x, grouped_q, grouped_scale, 8) is None  # groups must be a multiple of 16
     assert kernel(x, q[:, :32], scale, None) is None  # columns differ from x's
@@ -179,8 +186,9 @@ def test_bf16_build_compiles() -> None:
 
 @pytest.mark.parametrize("rows", [1, 3, PER_ROW_MAX_ROWS, PER_ROW_MAX_ROWS + 1])
 def test_layer_gives_the_fallbacks_result(build: str, kernel: Fp8LinearKernel, rows: int) -> None:
-    """An Fp8Linear with the CPU kernels set: the fused kernel for a few rows, dequantizing
-    for more; both within bf16 rounding of the plain layer."""
+    """An Fp8Linear with the CPU kernels set: the fused kernel where it takes the rows (the
+    "bf16" build up to a limit), dequantizing for more; both within bf16 rounding of the
+    plain layer."""
     from inference.model.layers.linear import FusedLinear
 
     cpu = torch.device("cpu")
@@ -197,6 +205,6 @@ def test_layer_gives_the_fallbacks_result(build: str, kernel: Fp8LinearKernel, r
     fast = layer(x)
     torch.testing.assert_close(fast.float(), plain.float(), rtol=2e-2, atol=5e-2)
     fused = kernels.fp8_linear(x, layer.weight, layer.weight_scale, None)
-    assert (fused is not None) == (rows <= PER_ROW_MAX_ROWS)
+    assert (fused is not None) == (kernel.path == "emulated" or rows <= PER_ROW_MAX_ROWS)
     if fused is not None:
         assert layer.bias is not None and torch.equal(fast, fused + layer.bias)
