@@ -8,31 +8,73 @@
  * Work is split over tiles of weight rows. A tile is widened once into a small bfloat16
  * buffer (exactly: e4m3 values fit bfloat16; grouped scales are applied in float32 first
  * and rounded once, as `dequantize_weight_fp8(...).to(bfloat16)` rounds), then multiplied
- * by AVX-512 BF16 dot products with float32 sums, one of two ways:
+ * by bfloat16 pair dot products with float32 sums, one of two ways:
  * - up to ROWS_MAX rows of x ("rows"): NT weight rows by MT rows of x at a time, each
  *   output a 16-lane sum over K added up at the end;
  * - more rows ("panels"): x is first packed so that one vector holds a pair of adjacent
  *   columns of 16 rows, and each pair of one weight row's values is broadcast against it:
  *   16 outputs per vector, no sums across lanes, and each widened weight serves every
  *   row of x from registers.
- * Per-row scales multiply the float32 sum. Built by build.py; `fp8_linear_available()` is
- * 0 where the processor or compiler lacks AVX-512 BF16, and the caller then uses torch.
+ * Per-row scales multiply the float32 sum. Built by build.py (-march=native), the dot
+ * products one of two ways, which `fp8_linear_available()` reports:
+ * 1: AVX-512 BF16's vdpbf16ps (Sapphire Rapids, the AMD EPYC);
+ * 2: without AVX-512 BF16 but with AVX-512F, BW and VL (the Ice Lake Xeon), each pair's
+ *    two halves widened to float32 by a mask and a shift and multiplied by two FMAs, with
+ *    the same buffers, packing and float32 sums;
+ * 0: without them (AVX2), where the caller uses torch instead.
  */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__AVX512BF16__) && defined(__AVX512BW__)
+/* VL for the 128- and 256-bit masked loads; every processor with BW has it. */
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #include <immintrin.h>
-#define HAVE_BF16 1
+#if defined(__AVX512BF16__)
+#define FP8_PATH 1 /* vdpbf16ps */
 #else
-#define HAVE_BF16 0
+#define FP8_PATH 2 /* each pair's products by two float32 FMAs */
+#endif
+#else
+#define FP8_PATH 0
 #endif
 
-int fp8_linear_available(void) { return HAVE_BF16; }
+int fp8_linear_available(void) { return FP8_PATH; }
 
-#if HAVE_BF16
+#if FP8_PATH
 enum { NT = 4, MT = 4, ROWS_MAX = MT, PANEL_ROWS = 64, PANEL_NT = 24, PANEL_ACC = 12 };
+
+#if FP8_PATH == 1
+typedef __m512bh bf16_pairs; /* 16 pairs of bfloat16, one a 32-bit lane */
+static inline bf16_pairs as_pairs(__m512i v) { return (__m512bh)v; }
+static inline __m512 dot_pairs(__m512 acc, bf16_pairs a, bf16_pairs b) {
+    return _mm512_dpbf16_ps(acc, a, b);
+}
+static inline __m256i to_bf16x16(__m512 v) { return (__m256i)_mm512_cvtneps_pbh(v); }
+#else
+/* The same pairs, each lane's two halves widened to float32 once (bfloat16 is the top half
+ * of float32), so that a pair's dot product is two FMAs. A bfloat16 product is exact in
+ * float32, so each FMA rounds once, as each of vdpbf16ps's two additions does in Intel's
+ * description, and in its order (the odd element first); vdpbf16ps also flushes float32
+ * subnormals to zero, which this does not. */
+typedef struct {
+    __m512 odd, even;
+} bf16_pairs;
+static inline bf16_pairs as_pairs(__m512i v) {
+    const __m512i high = _mm512_and_si512(v, _mm512_set1_epi32((int)0xffff0000u));
+    return (bf16_pairs){_mm512_castsi512_ps(high), _mm512_castsi512_ps(_mm512_slli_epi32(v, 16))};
+}
+static inline __m512 dot_pairs(__m512 acc, bf16_pairs a, bf16_pairs b) {
+    return _mm512_fmadd_ps(a.even, b.even, _mm512_fmadd_ps(a.odd, b.odd, acc));
+}
+/* float32 to bfloat16, rounded to nearest even (the values are finite). */
+static inline __m256i to_bf16x16(__m512 v) {
+    const __m512i bits = _mm512_castps_si512(v);
+    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+    const __m512i half = _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff));
+    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_add_epi32(bits, half), 16));
+}
+#endif
 
 /* 16 e4m3 bytes (fewer under `mask`) as float32: sign | exponent + 120 | mantissa for
  * normal values, m * 2^-9 for subnormal ones (exponent 0). No NaN is expected. */
@@ -84,7 +126,7 @@ static void widen_row(const uint8_t *q, const float *scale, int64_t r, int K, in
         const __mmask16 mask = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1);
         __m512 value = widen16(src + c, mask);
         value = _mm512_mul_ps(value, _mm512_set1_ps(scale[r * groups + c / group_size]));
-        _mm256_storeu_si256((__m256i *)(dst + c), (__m256i)_mm512_cvtneps_pbh(value));
+        _mm256_storeu_si256((__m256i *)(dst + c), to_bf16x16(value));
     }
 }
 
@@ -107,11 +149,11 @@ static inline __attribute__((always_inline)) void tile_product(
     for (int c = 0; c < k_padded; c += 32) {
         const int left = K - c;
         const __mmask32 mask = left >= 32 ? 0xffffffffu : (__mmask32)((1u << left) - 1);
-        __m512bh wv[NT];
-        for (int j = 0; j < NT; ++j) wv[j] = (__m512bh)_mm512_loadu_si512(w + j * k_padded + c);
+        bf16_pairs wv[NT];
+        for (int j = 0; j < NT; ++j) wv[j] = as_pairs(_mm512_loadu_si512(w + j * k_padded + c));
         for (int i = 0; i < mt; ++i) {
-            const __m512bh xv = (__m512bh)_mm512_maskz_loadu_epi16(mask, rows[i] + c);
-            for (int j = 0; j < NT; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], xv, wv[j]);
+            const bf16_pairs xv = as_pairs(_mm512_maskz_loadu_epi16(mask, rows[i] + c));
+            for (int j = 0; j < NT; ++j) acc[i][j] = dot_pairs(acc[i][j], xv, wv[j]);
         }
     }
     for (int i = 0; i < mt; ++i)
@@ -155,14 +197,14 @@ static inline __attribute__((always_inline)) void panel_product(
         for (int b = 0; b < mb; ++b) acc[j][b] = _mm512_setzero_ps();
     const uint32_t *x0 = xp + (m0 / 16) * 16 * (int64_t)pairs;
     for (int p = 0; p < pairs; ++p) {
-        __m512bh xv[4];
+        bf16_pairs xv[4];
         for (int b = 0; b < mb; ++b)
-            xv[b] = (__m512bh)_mm512_loadu_si512(x0 + ((int64_t)b * pairs + p) * 16);
+            xv[b] = as_pairs(_mm512_loadu_si512(x0 + ((int64_t)b * pairs + p) * 16));
         for (int j = 0; j < nt_max; ++j) {
             uint32_t pair;
             memcpy(&pair, w + (int64_t)j * k_padded + 2 * p, sizeof pair);
-            const __m512bh wv = (__m512bh)_mm512_set1_epi32((int)pair);
-            for (int b = 0; b < mb; ++b) acc[j][b] = _mm512_dpbf16_ps(acc[j][b], xv[b], wv);
+            const bf16_pairs wv = as_pairs(_mm512_set1_epi32((int)pair));
+            for (int b = 0; b < mb; ++b) acc[j][b] = dot_pairs(acc[j][b], xv[b], wv);
         }
     }
     float lanes[16];
@@ -204,7 +246,7 @@ static void panel_rows(const uint32_t *xp, int pairs, int64_t M, const uint16_t 
 int fp8_linear(const void *x, int64_t x_stride, int64_t M, const uint8_t *q,
                const float *scale, int64_t N, int K, int groups, int group_size, void *out,
                int num_threads) {
-#if HAVE_BF16
+#if FP8_PATH
     const int k_padded = (K + 31) / 32 * 32;
     const int panels = M > ROWS_MAX;
     const int tile_rows = panels ? PANEL_NT : NT;

@@ -101,7 +101,8 @@ class GroupedFp8Matmul:
     def fused(
         self, x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, group_size: int | None
     ) -> torch.Tensor | None:
-        """The CPU kernels' matmul straight from FP8 (few rows), or None where not taken."""
+        """The CPU kernels' matmul straight from FP8, or None where not taken (no kernel,
+        or tensors it declines: see `Fp8LinearKernel`)."""
         if self.kernels is None:
             return None
         return self.kernels.fp8_linear(x, q, scale, group_size)

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from inference.kernels.cpu.build import load_library
 from inference.kernels.cpu.fp8_linear import (
     GROUPED_MAX_ROWS,
     PER_ROW_MAX_ROWS,
@@ -18,17 +19,32 @@ from inference.model.quant import Fp8Linear
 from inference.model.quant.fp8_math import FP8_DTYPE, dequantize_weight_fp8, quantize_weight_fp8
 
 
-def has_avx512_bf16() -> bool:
+def cpu_flags() -> set[str]:
     flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines() if "flags" in line)
-    return "avx512_bf16" in flags.split()
+    return set(flags.split(":", 1)[1].split())
+
+
+# The native build, and the emulated path forced, so that a processor with AVX-512 BF16
+# checks both (on one without, both builds are the emulated path).
+BUILDS = {"native": (), "emulated": ("-mno-avx512bf16",)}
+
+
+@pytest.fixture(scope="module", params=list(BUILDS))
+def build(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
 
 
 @pytest.fixture(scope="module")
-def kernel() -> Fp8LinearKernel:
-    loaded = load_fp8_linear()
-    # The appliance's and CI's processors have AVX-512 BF16; elsewhere FP8 layers fall back.
-    assert (loaded is not None) == has_avx512_bf16()
+def kernel(build: str) -> Fp8LinearKernel:
+    """Every processor the project runs on has AVX-512F, BW and VL (Sapphire Rapids and the
+    AMD EPYC with AVX-512 BF16 as well, the Ice Lake Xeon without), and the kernel runs
+    wherever they are; only a build without AVX-512 falls back (tested below)."""
+    flags = cpu_flags()
+    assert {"avx512f", "avx512bw", "avx512vl"} <= flags, "the fused FP8 matmul needs them"
+    loaded = load_fp8_linear(BUILDS[build])
     assert loaded is not None
+    bf16 = "avx512_bf16" in flags and build == "native"
+    assert loaded.path == ("bf16" if bf16 else "emulated")
     return loaded
 
 
@@ -60,6 +76,8 @@ def expected(
         (9, 100, 576, 16),
         (33, 30, 64, 32),
         (GROUPED_MAX_ROWS, 20, 64, 16),
+        (300, 26, 96, None),  # past the "bf16" build's limits: the "emulated" one only
+        (300, 26, 96, 32),
     ],
 )
 def test_matches_float64(
@@ -72,6 +90,10 @@ def test_matches_float64(
     wide = torch.randn(rows, cols + 8, generator=g).bfloat16()
     x = wide[:, 3 : 3 + cols]  # rows strided, as a view of a fused projection
     got = kernel(x, q, scale.contiguous(), group)
+    limit = kernel.max_rows(group)
+    if limit is not None and rows > limit:
+        assert got is None
+        return
     assert got is not None and got.dtype == torch.bfloat16 and got.shape == (rows, out)
     want = expected(x, q, scale, group)
     # Rounding the float32 sums to bf16: half an ulp, 2^-9 of each value.
@@ -96,6 +118,26 @@ def test_every_e4m3_value_is_widened_exactly(kernel: Fp8LinearKernel, rows: int)
 
 
 @pytest.mark.parametrize("rows", [1, 20])
+def test_grouped_weights_round_as_the_fallback_does(kernel: Fp8LinearKernel, rows: int) -> None:
+    """Grouped scales are applied in float32 and the product rounded once to bfloat16, to
+    nearest even: with x picking column 5, out is the fallback's dequantized value bit for
+    bit. The scales put some products exactly halfway (rounding down to even, and up to
+    even) and others above and below half."""
+    codes = torch.arange(256, dtype=torch.uint8)
+    codes = codes[(codes & 0x7F) != 0x7F]
+    q = torch.zeros(codes.numel(), 40, dtype=torch.uint8)
+    q[:, 5] = codes
+    q = q.view(FP8_DTYPE)
+    scales = torch.tensor([1 + 2**-8, 1 + 2**-7 + 2**-8, 1.2345, 3.7e-3, 2.5e4])
+    scale = scales.repeat(-(-codes.numel() // 5))[: codes.numel(), None].expand(-1, 3)
+    x = torch.zeros(rows, 40, dtype=torch.bfloat16)
+    x[:, 5] = 1
+    got = kernel(x, q, scale.contiguous(), 16)
+    want = dequantize_weight_fp8(q, scale, torch.bfloat16, 16)[:, 5]
+    assert got is not None and torch.equal(got, want.expand(rows, -1))
+
+
+@pytest.mark.parametrize("rows", [1, 20])
 def test_reads_no_scale_past_the_last_group(kernel: Fp8LinearKernel, rows: int) -> None:
     """40 columns pad to 64: the padding has no group, so no scale may be read for it (the
     last row's would lie past the tensor; here a NaN waits there)."""
@@ -115,7 +157,8 @@ def test_declines_what_it_does_not_take(kernel: Fp8LinearKernel) -> None:
     x = torch.randn(2, 64).bfloat16()
     assert kernel(x, q, scale, None) is not None
     assert kernel(x.float(), q, scale, None) is None  # float32 activations
-    assert kernel(torch.randn(PER_ROW_MAX_ROWS + 1, 64).bfloat16(), q, scale, None) is None
+    many = torch.randn(PER_ROW_MAX_ROWS + 1, 64).bfloat16()
+    assert (kernel(many, q, scale, None) is None) == (kernel.path == "bf16")
     assert kernel(x[:0], q, scale, None) is None
     assert kernel(x, grouped_q, grouped_scale, 8) is None  # groups must be a multiple of 16
     assert kernel(x, q[:, :32], scale, None) is None  # columns differ from x's
@@ -124,7 +167,9 @@ def test_declines_what_it_does_not_take(kernel: Fp8LinearKernel) -> None:
 
 
 def test_portable_build_falls_back() -> None:
-    """Without AVX-512 the library builds but says it cannot run: layers dequantize."""
+    """Without AVX-512 (an AVX2 processor) the library builds but says it cannot run:
+    layers dequantize."""
+    assert load_library("fp8_linear", ("-mno-avx512f",)).fp8_linear_available() == 0
     assert load_fp8_linear(("-mno-avx512f",)) is None
     portable = load_layer_kernels(("-mno-avx512f",))
     assert portable is not None and portable.fp8 is None
@@ -132,10 +177,18 @@ def test_portable_build_falls_back() -> None:
     assert portable.fp8_linear(torch.randn(2, 64).bfloat16(), q, scale, None) is None
 
 
+def test_bf16_build_compiles() -> None:
+    """The "bf16" path compiles wherever the tests run (a processor without AVX-512 BF16
+    cannot run it, but it can say which path it was built with)."""
+    library = load_library("fp8_linear", ("-mavx512bf16",))
+    assert library.fp8_linear_available() == 1
+
+
 @pytest.mark.parametrize("rows", [1, 3, PER_ROW_MAX_ROWS, PER_ROW_MAX_ROWS + 1])
-def test_layer_gives_the_fallbacks_result(kernel: Fp8LinearKernel, rows: int) -> None:
-    """An Fp8Linear with the CPU kernels set: the fused kernel for a few rows, dequantizing
-    for more; both within bf16 rounding of the plain layer."""
+def test_layer_gives_the_fallbacks_result(build: str, kernel: Fp8LinearKernel, rows: int) -> None:
+    """An Fp8Linear with the CPU kernels set: the fused kernel where it takes the rows (the
+    "bf16" build up to a limit), dequantizing for more; both within bf16 rounding of the
+    plain layer."""
     from inference.model.layers.linear import FusedLinear
 
     cpu = torch.device("cpu")
@@ -145,12 +198,13 @@ def test_layer_gives_the_fallbacks_result(kernel: Fp8LinearKernel, rows: int) ->
     layer = Fp8Linear.from_linear(linear)
     x = torch.randn(rows, 96).bfloat16()
     plain = layer(x)
-    kernels = load_layer_kernels()
+    kernels = load_layer_kernels(BUILDS[build])
     assert kernels is not None and kernels.fp8 is not None
+    assert kernels.fp8.path == kernel.path
     layer.kernels = kernels
     fast = layer(x)
     torch.testing.assert_close(fast.float(), plain.float(), rtol=2e-2, atol=5e-2)
     fused = kernels.fp8_linear(x, layer.weight, layer.weight_scale, None)
-    assert (fused is not None) == (rows <= PER_ROW_MAX_ROWS)
+    assert (fused is not None) == (kernel.path == "emulated" or rows <= PER_ROW_MAX_ROWS)
     if fused is not None:
         assert layer.bias is not None and torch.equal(fast, fused + layer.bias)
