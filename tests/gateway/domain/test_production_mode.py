@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -28,18 +29,25 @@ def test_production_requires_its_secrets() -> None:
         Settings.from_env({"ENCLAVE_MODE": "production"})
 
 
-def test_sessions_live_in_redis_and_keys_in_postgres(
-    fresh_database: str, redis_url: str, tmp_path: Path
-) -> None:
+def _production(tmp_path: Path, database: str, redis_url: str, **overrides: Any) -> Settings:
+    """Production settings on ``database``, migrated, with the admin created."""
     settings = Settings(
         mode="production",
         data_dir=tmp_path,
-        database_url=fresh_database,
+        database_url=database,
         redis_url=redis_url,
         secret_key="s" * 40,
-        public_url="https://enclave.example.test",
+        **overrides,
     )
     admin_tasks.migrate_database(settings)
+    return settings
+
+
+def test_sessions_live_in_redis_and_keys_in_postgres(
+    fresh_database: str, redis_url: str, tmp_path: Path
+) -> None:
+    public_url = "https://enclave.example.test"
+    settings = _production(tmp_path, fresh_database, redis_url, public_url=public_url)
     password = asyncio.run(admin_tasks.create_admin(settings, ADMIN_EMAIL))
     asyncio.run(admin_tasks.create_department(settings, "Research", "research"))
     key = asyncio.run(admin_tasks.create_key(settings, "research", "ci", None, None))
@@ -70,16 +78,13 @@ def test_sessions_live_in_redis_and_keys_in_postgres(
 def test_production_cookies_are_secure_whatever_the_public_url(
     fresh_database: str, redis_url: str, tmp_path: Path
 ) -> None:
-    settings = Settings(
-        mode="production",
-        data_dir=tmp_path,
-        database_url=fresh_database,
-        redis_url=redis_url,
-        secret_key="s" * 40,
+    settings = _production(
+        tmp_path,
+        fresh_database,
+        redis_url,
         public_url="http://enclave.internal.test",
         allow_insecure_public_url=True,
     )
-    admin_tasks.migrate_database(settings)
     password = asyncio.run(admin_tasks.create_admin(settings, ADMIN_EMAIL))
     app = create_app(settings)
     assert app.state.gateway.secure_cookies  # the SSO login cookie uses the same rule

@@ -117,3 +117,19 @@ def running_gateway(
 def gateway(tmp_path: Path, worker: str) -> Iterator[RunningGateway]:
     with running_gateway(tmp_path, [worker]) as running:
         yield running
+
+
+async def verify_records(database_url: str, data_dir: Path) -> tuple[bool, int]:
+    """Whether the chain verifies (with the seal of a gateway on ``data_dir``), and how many
+    API request records it holds."""
+    from gateway.db.engine import create_engine, session_factory
+    from gateway.domain.audit.verify import verify_chain
+    from tests.gateway.audit.support import seal_for
+
+    engine = create_engine(database_url)
+    try:
+        async with session_factory(engine)() as db:
+            result = await verify_chain(db, seal_for(data_dir))
+        return result.ok, len(await read_records(database_url))
+    finally:
+        await engine.dispose()

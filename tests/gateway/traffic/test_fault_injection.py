@@ -21,11 +21,8 @@ import httpx
 import openai
 import redis
 
-from gateway.db.engine import create_engine, session_factory
-from gateway.domain.audit.verify import verify_chain
 from gateway.domain.limits import periods
-from tests.gateway.audit.support import seal_for
-from tests.gateway.traffic.conftest import RunningGateway, read_records, running_gateway
+from tests.gateway.traffic.conftest import RunningGateway, running_gateway, verify_records
 from tests.gateway.traffic.processes import fresh_postgres, link_to, worker_process
 from tests.inference.server.conftest import free_port
 
@@ -201,7 +198,7 @@ def test_faults_under_mixed_traffic_lose_no_record_and_leave_exact_counters(
                 _check_books(records, redis_url, first_day)
             # The gateway is closed: everything it held is written. Every kind of record
             # is in the chain (admin ones too), and it verifies with the head log beside it.
-            ok, checked = asyncio.run(_verify(database, tmp_path))
+            ok, checked = asyncio.run(verify_records(database, tmp_path))
             assert (ok, checked) == (True, TOTAL)
     finally:
         worker.kill()
@@ -257,13 +254,3 @@ def _mismatches(
         if not (whole and exact and slots == 0):
             found.append((scope, counters, used))
     return found
-
-
-async def _verify(database_url: str, data_dir: Path) -> tuple[bool, int]:
-    engine = create_engine(database_url)
-    try:
-        async with session_factory(engine)() as db:
-            result = await verify_chain(db, seal_for(data_dir))
-        return result.ok, len(await read_records(database_url))
-    finally:
-        await engine.dispose()

@@ -12,29 +12,11 @@ import openai
 import pytest
 
 from gateway.bench.fake_upstream import MODEL as FAKE_MODEL
-from gateway.db.engine import create_engine, session_factory
-from gateway.domain.audit.verify import verify_chain
-from tests.gateway.audit.support import seal_for
-from tests.gateway.traffic.conftest import (
-    RunningGateway,
-    read_records,
-    running_gateway,
-)
+from tests.gateway.traffic.conftest import RunningGateway, running_gateway, verify_records
 from tests.gateway.traffic.processes import fake_worker, fresh_postgres, link_to, worker_process
 from tests.inference.server.conftest import free_port
 
 CHAT = [{"role": "user", "content": "hello"}]
-
-
-async def _verify(database_url: str, data_dir: Path) -> tuple[bool, int]:
-    """Whether the chain verifies, and how many API request records it holds."""
-    engine = create_engine(database_url)
-    try:
-        async with session_factory(engine)() as db:
-            result = await verify_chain(db, seal_for(data_dir))
-        return result.ok, len(await read_records(database_url))
-    finally:
-        await engine.dispose()
 
 
 def _ask(client: openai.OpenAI, i: int) -> None:
@@ -66,7 +48,7 @@ def test_postgres_down_under_load_loses_no_record(database_url: str, tmp_path: P
         assert len(records) == 60
         assert [r["status_code"] for r in records] == [200] * 60
         assert len({r["request_id"] for r in records}) == 60
-        assert asyncio.run(_verify(database, tmp_path)) == (True, 60)
+        assert asyncio.run(verify_records(database, tmp_path)) == (True, 60)
 
 
 def test_a_key_never_seen_while_postgres_is_down_is_refused_and_audited(
@@ -97,7 +79,7 @@ def test_a_key_never_seen_while_postgres_is_down_is_refused_and_audited(
             (200, ""),
         ]
         assert records[2]["endpoint"] == "chat.completions" and records[2]["api_key_id"] is None
-        assert asyncio.run(_verify(database, tmp_path)) == (True, 4)
+        assert asyncio.run(verify_records(database, tmp_path)) == (True, 4)
 
 
 def test_redis_down_fails_closed_by_default(redis_url: str, tmp_path: Path) -> None:
