@@ -44,7 +44,8 @@ PUBLIC_PATHS = frozenset(
 def metrics(request: Request) -> bytes:
     """Prometheus: requests, refusals by reason, latency, tokens by department, upstreams."""
     traffic: Traffic = request.app.state.traffic
-    return traffic.metrics.render(traffic.pool, traffic.audit.pending, traffic.audit.spooled)
+    audit = provide_state(request).audit
+    return traffic.metrics.render(traffic.pool, audit.pending, audit.spooled)
 
 
 def create_app(
@@ -95,7 +96,6 @@ def create_app(
         logging_config=None,  # structlog is configured by the CLI, once per process
         openapi_config=None,
     )
-    app.state.settings = settings
     app.state.gateway = gateway
     app.state.traffic = traffic
     put_api_first(app)

@@ -1,4 +1,11 @@
-"""What the running gateway holds: built once from settings in create_app, closed on shutdown."""
+"""What the running gateway holds: built once from settings in create_app, closed on shutdown.
+
+`GatewayState` (``app.state.gateway``) is the one owner of what every part of the gateway
+shares: the settings, the database, Redis, sessions, the key cache, the config generation
+and the audit writer (admin actions, sign-ins and the proxy all write to it). The proxy's
+own parts (worker pool, limiter, metrics, HTTP client) are `Traffic`'s
+(gateway/domain/proxy/traffic.py, ``app.state.traffic``); neither holds the other's.
+"""
 
 from __future__ import annotations
 

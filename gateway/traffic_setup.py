@@ -43,7 +43,6 @@ def build_traffic(
         settings,
         pool,
         build_limiter(settings, state.redis),
-        state.audit,
         RequestTracing(provider),
         token,
         supervisor,

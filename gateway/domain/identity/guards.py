@@ -10,6 +10,7 @@ from litestar.handlers.base import BaseRouteHandler
 
 from gateway.domain.identity.middleware import PRINCIPAL_KEY
 from gateway.domain.identity.principal import CSRF_HEADER, Principal
+from gateway.domain.identity.session_store import SessionData
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
@@ -19,15 +20,21 @@ def principal_of(connection: ASGIConnection) -> Principal:
     return found if isinstance(found, Principal) else Principal()
 
 
+def csrf_ok(session: SessionData, method: str, sent: str) -> bool:
+    """Whether a session's request may proceed: reads always, writes only when they echo
+    the session's CSRF token (``sent``, from the X-CSRF-Token header). The routes' guards
+    and the OpenAI API's handlers both ask this."""
+    return method in SAFE_METHODS or hmac.compare_digest(sent.encode(), session.csrf_token.encode())
+
+
 def require_user(connection: ASGIConnection, _: BaseRouteHandler) -> None:
     """A signed-in user (session cookie); writes must echo the session's CSRF token."""
     principal = principal_of(connection)
     if principal.user is None or principal.session is None:
         raise NotAuthorizedException("sign in first")
-    if connection.scope.get("method", "GET") not in SAFE_METHODS:
-        sent = connection.headers.get(CSRF_HEADER, "")
-        if not hmac.compare_digest(sent.encode(), principal.session.csrf_token.encode()):
-            raise PermissionDeniedException("missing or wrong CSRF token")
+    method = str(connection.scope.get("method", "GET"))
+    if not csrf_ok(principal.session, method, connection.headers.get(CSRF_HEADER, "")):
+        raise PermissionDeniedException("missing or wrong CSRF token")
 
 
 def require_admin(connection: ASGIConnection, handler: BaseRouteHandler) -> None:
@@ -39,12 +46,6 @@ def require_admin(connection: ASGIConnection, handler: BaseRouteHandler) -> None
 def require_user_or_key(connection: ASGIConnection, handler: BaseRouteHandler) -> None:
     if principal_of(connection).api_key is None:
         require_user(connection, handler)
-
-
-def require_api_key(connection: ASGIConnection, _: BaseRouteHandler) -> None:
-    """For the OpenAI API: ``Authorization: Bearer sk-enc-...``, live and not revoked."""
-    if principal_of(connection).api_key is None:
-        raise NotAuthorizedException("a valid API key is required")
 
 
 def require_json(connection: ASGIConnection, _: BaseRouteHandler) -> None:

@@ -9,6 +9,9 @@ served from its last lookup only if that lookup is younger than the outage grace
 write has happened since: apps keep working through a short restart of Postgres, while a
 revocation made before the outage is not undone by it.
 
+It holds frozen snapshots (snapshots.py), never ORM rows: entries outlive the database
+session and event loop that loaded them.
+
 Revocation wins: a key that any lookup found revoked, expired or unknown is dropped and
 remembered as dead, so neither reuse nor the outage fallback can serve it again (not even
 a slower lookup that saw it live before the revocation and stores its result after).
@@ -22,19 +25,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gateway.db.base import as_utc, utc_now
-from gateway.db.models import ApiKey, Department
+from gateway.domain.identity.snapshots import DepartmentSnapshot, KeySnapshot
 
 DEFAULT_OUTAGE_GRACE_S = 300.0
 FRESH_S = 60.0  # how long a lookup is reused while nothing changed (last_used_at resolution)
 MAX_ENTRIES = 10_000
+
+CachedKey = tuple[KeySnapshot, DepartmentSnapshot | None]
 
 
 @dataclass(frozen=True, slots=True)
 class _Lookup:
     validated_at: float  # the clock (time.monotonic) at the database lookup
     generation: str | None
-    key: ApiKey
-    department: Department | None
+    key: KeySnapshot
+    department: DepartmentSnapshot | None
 
 
 class KeySnapshots:
@@ -58,7 +63,11 @@ class KeySnapshots:
         self._dead: OrderedDict[str, None] = OrderedDict()
 
     def put(
-        self, digest: str, key: ApiKey, department: Department | None, generation: str | None
+        self,
+        digest: str,
+        key: KeySnapshot,
+        department: DepartmentSnapshot | None,
+        generation: str | None,
     ) -> None:
         if digest in self._dead:
             return
@@ -78,7 +87,7 @@ class KeySnapshots:
     def is_dead(self, digest: str) -> bool:
         return digest in self._dead
 
-    def fresh(self, digest: str, generation: str | None) -> tuple[ApiKey, Department | None] | None:
+    def fresh(self, digest: str, generation: str | None) -> CachedKey | None:
         """The lookup, if it was made under ``generation`` a short while ago."""
         found = self._entries.get(digest)
         if generation is None or found is None or found.generation != generation:
@@ -87,9 +96,7 @@ class KeySnapshots:
             return None
         return self._usable(digest, found)
 
-    def during_outage(
-        self, digest: str, generation: str | None
-    ) -> tuple[ApiKey, Department | None] | None:
+    def during_outage(self, digest: str, generation: str | None) -> CachedKey | None:
         """The last lookup while the database is down: only within the grace, and only if
         no admin write has moved the generation since (unknown when Redis is down too)."""
         found = self._entries.get(digest)
@@ -99,7 +106,7 @@ class KeySnapshots:
             return None
         return self._usable(digest, found)
 
-    def _usable(self, digest: str, found: _Lookup) -> tuple[ApiKey, Department | None] | None:
+    def _usable(self, digest: str, found: _Lookup) -> CachedKey | None:
         key = found.key
         expired = key.expires_at is not None and as_utc(key.expires_at) <= utc_now()
         if key.revoked_at is not None or expired:

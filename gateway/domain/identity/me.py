@@ -4,16 +4,15 @@ from __future__ import annotations
 
 from gateway.domain.identity.principal import Principal
 from gateway.domain.users.schemas import MeRead
-from gateway.domain.users.service import to_read
 from gateway.state import GatewayState
 
 
 def describe(principal: Principal) -> MeRead:
     department = principal.department
-    quota = department.monthly_token_quota if department else None
+    quota = department.limits.tokens_per_month if department else None
     return MeRead(
         kind="api_key" if principal.api_key else "user",
-        user=to_read(principal.user) if principal.user else None,
+        user=principal.user,
         api_key_name=principal.api_key.name if principal.api_key else None,
         department=department.slug if department else None,
         monthly_token_quota=quota,

@@ -1,4 +1,8 @@
-"""ASGI middleware: resolve the request's principal once, before any guard asks for it."""
+"""ASGI middleware: resolve the request's principal once, before any guard asks for it.
+
+The rows it reads are frozen into snapshots (snapshots.py) inside the database session
+that loaded them; no ORM row leaves this module in a principal.
+"""
 
 from __future__ import annotations
 
@@ -14,8 +18,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.db.models import Department, User
 from gateway.domain.identity.principal import SESSION_COOKIE, Principal
+from gateway.domain.identity.snapshots import KeySnapshot, department_snapshot
 from gateway.domain.keys import tokens
 from gateway.domain.keys.service import KeyService
+from gateway.domain.users.service import to_read
 
 if TYPE_CHECKING:
     from gateway.state import GatewayState
@@ -61,7 +67,12 @@ async def resolve_principal(state: GatewayState, authorization: str, cookie: str
         if user is None or not user.is_active:
             return Principal()
         department = await _department_of(db, user, state.settings.default_department)
-    return Principal(user=user, session_id=session_id, session=session, department=department)
+        return Principal(
+            user=to_read(user),
+            session_id=session_id,
+            session=session,
+            department=department_snapshot(department),
+        )
 
 
 async def _department_of(db: AsyncSession, user: User, default_slug: str) -> Department | None:
@@ -89,11 +100,12 @@ async def _key_principal(state: GatewayState, credential: str) -> Principal:
         return Principal(api_key=reused[0], department=reused[1])
     try:
         async with state.db.begin() as db:
-            key = await KeyService(db, state.secret_key).authenticate(credential)
-            if key is None:
+            row = await KeyService(db, state.secret_key).authenticate(credential)
+            if row is None:
                 state.key_snapshots.forget(digest)
                 return Principal()
-            department = await db.get(Department, key.department_id)
+            key = KeySnapshot.of(row)
+            department = department_snapshot(await db.get(Department, row.department_id))
     except DATABASE_DOWN as exc:
         snapshot = state.key_snapshots.during_outage(digest, generation)
         if snapshot is None:

@@ -135,12 +135,6 @@ class KeyService:
         return row
 
 
-def model_allowed(key: ApiKey, department: Department | None, model: str) -> bool:
-    """Both the key's and its department's allow-lists must admit ``model`` (None admits all)."""
-    lists = [key.allowed_models, department.allowed_models if department else None]
-    return all(allowed is None or model in allowed for allowed in lists)
-
-
 def expiry_from_days(days: int | None) -> datetime | None:
     if days is None:
         return None

@@ -1,32 +1,25 @@
-"""The scopes a request is limited by, built from freshly loaded rows on every request."""
+"""The scopes a request is limited by, from its principal's snapshots.
+
+The snapshots are taken from the database on the request's lookup, or reused from one a
+short while ago under the same config generation, so an admin's change applies to the next.
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gateway.domain.limits.types import Limits, Scope
+from gateway.domain.limits.types import Scope
 
-if TYPE_CHECKING:  # only their attributes are read; a replica's limiter need not load the ORM
-    from gateway.db.models import ApiKey, Department
+if TYPE_CHECKING:  # only their fields are read; a replica's limiter need not load the ORM
+    from gateway.domain.identity.snapshots import DepartmentSnapshot, KeySnapshot
 
 
-def scopes_for(department: Department | None, api_key: ApiKey | None) -> list[Scope]:
+def scopes_for(department: DepartmentSnapshot | None, api_key: KeySnapshot | None) -> list[Scope]:
     """The department's scope, then the key's own (a key is held to both)."""
     scopes = []
     if department is not None:
-        scopes.append(_scope(f"dept:{department.id}", department, f"department {department.slug}"))
+        label = f"department {department.slug}"
+        scopes.append(Scope(f"dept:{department.id}", department.limits, label))
     if api_key is not None:
-        scopes.append(_scope(f"key:{api_key.id}", api_key, f"key {api_key.name}"))
+        scopes.append(Scope(f"key:{api_key.id}", api_key.limits, f"key {api_key.name}"))
     return scopes
-
-
-def _scope(key: str, row: Department | ApiKey, label: str) -> Scope:
-    """Departments and keys name their limit columns alike."""
-    limits = Limits(
-        requests_per_minute=row.requests_per_minute,
-        tokens_per_minute=row.tokens_per_minute,
-        concurrent_requests=row.concurrent_requests,
-        tokens_per_day=row.daily_token_quota,
-        tokens_per_month=row.monthly_token_quota,
-    )
-    return Scope(key, limits, label)

@@ -47,7 +47,7 @@ def settled_tokens(tokens: int, reserved: int) -> int:
 class Limits:
     """One scope's limits; None means unlimited, 0 admits nothing (the admin API wants >= 1).
 
-    Built from the database rows on every request, so an admin's change applies to the next.
+    Copied from the database rows into each principal's snapshots (identity/snapshots.py).
     """
 
     requests_per_minute: int | None = None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -10,11 +10,22 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from gateway.domain.proxy.sse import Usage
 
 if TYPE_CHECKING:
-    from gateway.domain.proxy.exchange import Exchange
     from gateway.domain.workers.pool import WorkerPool
 
 PREFIX = "enclave_gateway"
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """One API request as the metrics count it."""
+
+    endpoint: str
+    status: int
+    reason: str  # why it was refused or failed; "" when it succeeded
+    usage: Usage | None  # None: no tokens to count
+    department_slug: str  # "" without a department
+    duration_s: float  # from the request to its last byte
 
 
 class GatewayMetrics:
@@ -63,14 +74,14 @@ class GatewayMetrics:
             f"{PREFIX}_audit_spooled", "Audit records waiting in the spool file.", registry=reg
         )
 
-    def observe(self, exchange: Exchange, status: int, usage: Usage | None, reason: str) -> None:
-        self.requests.labels(exchange.endpoint, str(status)).inc()
-        self.latency.labels(exchange.endpoint).observe(time.perf_counter() - exchange.started)
-        if reason:
-            self.refusals.labels(reason).inc()
+    def observe(self, outcome: Outcome) -> None:
+        self.requests.labels(outcome.endpoint, str(outcome.status)).inc()
+        self.latency.labels(outcome.endpoint).observe(outcome.duration_s)
+        if outcome.reason:
+            self.refusals.labels(outcome.reason).inc()
+        usage = outcome.usage
         if usage is not None:
-            department = exchange.principal.department
-            slug = department.slug if department else "none"
+            slug = outcome.department_slug or "none"
             self.tokens.labels(slug, "prompt").inc(usage.prompt_tokens)
             self.tokens.labels(slug, "cached").inc(usage.cached_tokens)
             self.tokens.labels(slug, "completion").inc(usage.completion_tokens)

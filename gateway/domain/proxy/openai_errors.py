@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import msgspec
-from litestar import Request, Response
-from litestar.exceptions import HTTPException
 
 # The `type` OpenAI uses for each status the gateway answers with.
 _TYPES = {
@@ -60,21 +58,3 @@ def error_body(
 def error_event(status: int, message: str, code: str | None = None) -> bytes:
     """An SSE event carrying an error, for a stream that breaks after it started."""
     return b"data: " + error_body(status, message, code) + b"\n\n"
-
-
-def to_response(error: ApiError) -> Response[bytes]:
-    return Response(
-        error_body(error.status, error.message, error.code, error.param),
-        status_code=error.status,
-        media_type="application/json",
-        headers=error.headers,
-    )
-
-
-def api_error_handler(_: Request, exc: ApiError) -> Response[bytes]:
-    return to_response(exc)
-
-
-def http_error_handler(_: Request, exc: HTTPException) -> Response[bytes]:
-    """Litestar's own errors (401 from a guard, 405, ...) in OpenAI's shape on /v1."""
-    return to_response(ApiError(exc.status_code, str(exc.detail)))

@@ -1,4 +1,14 @@
-"""What the proxy runs on: the worker pool, the limiter, the audit writer, one HTTP client.
+"""What the proxy runs on: the worker pool, the limiter, the metrics, one HTTP client.
+
+Who owns what: `Traffic` (``app.state.traffic``) holds the proxy's own parts, built for it
+and closed with it: the pool, the limiter, the metrics, tracing, the HTTP client for
+workers, the workers' token, the embedded worker, and the one setting the proxy reads on
+every request (the request body cap), as a plain value. `GatewayState`
+(``app.state.gateway``, gateway/state.py) holds what the whole gateway shares: the settings,
+the database, Redis, sessions, the key cache and the audit writer, which admin actions and
+sign-ins write to as well as the proxy. Nothing is held by both: the proxy's handlers take
+the audit writer (and the audit body cap) from `GatewayState`, the rest from here, and hand
+them to `Accounting` explicitly.
 
 Built in `create_app`, started on startup (the first health check of every worker is
 awaited, so the models are known before the first request) and closed on shutdown.
@@ -7,11 +17,10 @@ awaited, so the models are known before the first request) and closed on shutdow
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import structlog
 
-from gateway.domain.audit.writer import AuditWriter
 from gateway.domain.limits.types import Limiter
 from gateway.domain.proxy.http1 import Http1Pool
 from gateway.domain.proxy.metrics import GatewayMetrics
@@ -25,23 +34,17 @@ log = structlog.get_logger("gateway.workers")
 
 @dataclass(slots=True)
 class Traffic:
-    settings: Settings
     pool: WorkerPool
     limiter: Limiter
-    audit: AuditWriter
     metrics: GatewayMetrics
     tracing: RequestTracing
+    # Our own HTTP/1.1 client for the calls to workers (see http1.py for why).
+    http: Http1Pool
     worker_token: str
+    body_max_bytes: int  # ENCLAVE_API_BODY_MAX_BYTES: larger request bodies are a 413
     # The embedded default's own worker, started before the pool's first check.
     supervisor: WorkerSupervisor | None = None
     _starting: asyncio.Task[None] | None = None
-    # Our own HTTP/1.1 client for the calls to workers (see http1.py for why).
-    http: Http1Pool = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.http = Http1Pool(
-            connect_timeout=5.0, read_timeout=float(self.settings.upstream_timeout_seconds)
-        )
 
     @classmethod
     def build(
@@ -49,19 +52,19 @@ class Traffic:
         settings: Settings,
         pool: WorkerPool,
         limiter: Limiter,
-        audit: AuditWriter,
         tracing: RequestTracing,
         worker_token: str,
         supervisor: WorkerSupervisor | None = None,
     ) -> Traffic:
+        http = Http1Pool(connect_timeout=5.0, read_timeout=float(settings.upstream_timeout_seconds))
         return cls(
-            settings,
             pool,
             limiter,
-            audit,
             GatewayMetrics(),
             tracing,
+            http,
             worker_token,
+            settings.api_body_max_bytes,
             supervisor,
         )
 

@@ -1,4 +1,8 @@
-"""Forwarding one request to a worker: a whole answer, or a stream passed through."""
+"""Forwarding one request to a worker: a whole answer, or a stream passed through.
+
+Each forward returns how the request ended (an `Ending`); the handler hands it to the
+accounting, so nothing here settles, meters or audits.
+"""
 
 from __future__ import annotations
 
@@ -15,9 +19,10 @@ from gateway.domain.proxy.asgi_io import (
     send_bytes,
 )
 from gateway.domain.proxy.body import ApiRequest
-from gateway.domain.proxy.exchange import Exchange
+from gateway.domain.proxy.exchange import Ending
 from gateway.domain.proxy.http1 import (
     ConnectFailed,
+    Http1Pool,
     Response,
     UpstreamError,
     UpstreamTimeout,
@@ -60,15 +65,16 @@ def client_status(worker_status: int) -> int:
 
 
 async def forward_unary(
-    exchange: Exchange,
-    request: ApiRequest,
+    http: Http1Pool,
     call: Call,
+    request: ApiRequest,
+    keep_body: bool,
     receive: Receive,
     send: Send,
     headers: dict[str, str],
-) -> None:
+) -> Ending:
     with ClientWatch(receive) as watch:
-        response = await watch.guard(_post(exchange, call))
+        response = await watch.guard(http.post(call.url, call.body, call.headers))
         try:
             body = await watch.guard(response.read())
         finally:
@@ -87,20 +93,21 @@ async def forward_unary(
     await send_bytes(send, status, body, headers, "application/json")
     reason = "" if status == 200 else ("upstream_rejected" if status < 500 else "upstream_error")
     error = "" if status == 200 else body.decode("utf-8", "replace")
-    kept = body.decode("utf-8", "replace") if exchange.keeps_bodies else None
-    await exchange.finish(status, usage, reason=reason, error=error, response_body=kept)
+    kept = body.decode("utf-8", "replace") if keep_body else None
+    return Ending(status, usage, reason=reason, error=error, response_body=kept)
 
 
 async def forward_stream(
-    exchange: Exchange,
-    request: ApiRequest,
+    http: Http1Pool,
     call: Call,
+    request: ApiRequest,
+    keep_body: bool,
     receive: Receive,
     send: Send,
     headers: dict[str, str],
-) -> None:
+) -> Ending:
     with ClientWatch(receive) as watch:
-        response = await watch.guard(_post(exchange, call))
+        response = await watch.guard(http.post(call.url, call.body, call.headers))
         complete = False
         try:
             if response.status != 200:
@@ -110,9 +117,8 @@ async def forward_stream(
                 await send_bytes(send, status, body, headers, "application/json")
                 reason = "upstream_rejected" if status < 500 else "upstream_error"
                 complete = True
-                await exchange.finish(status, reason=reason, error=body.decode("utf-8", "replace"))
-                return
-            tap = StreamTap(request.client_wants_usage, capture=exchange.keeps_bodies)
+                return Ending(status, reason=reason, error=body.decode("utf-8", "replace"))
+            tap = StreamTap(request.client_wants_usage, capture=keep_body)
             start = [
                 (b"content-type", b"text/event-stream"),
                 (b"cache-control", b"no-cache"),
@@ -122,19 +128,14 @@ async def forward_stream(
             try:
                 status, reason, error = await watch.guard(_pump(response, call.url, tap, send))
             except ClientGone:
-                await _finish_stream(exchange, tap, 499, "client_disconnected", "")
-                return
+                return _stream_ending(tap, 499, "client_disconnected", "")
             complete = tap.done
-            await _finish_stream(exchange, tap, status, reason, error)
+            return _stream_ending(tap, status, reason, error)
         finally:
             if complete:
                 response.release()  # read to the end: the connection is kept for the next call
             else:
                 response.close()  # mid-stream, this drops the connection: the worker cancels
-
-
-async def _post(exchange: Exchange, call: Call) -> Response:
-    return await exchange.traffic.http.post(call.url, call.body, call.headers)
 
 
 async def _pump(response: Response, url: str, tap: StreamTap, send: Send) -> tuple[int, str, str]:
@@ -164,11 +165,9 @@ async def _pump(response: Response, url: str, tap: StreamTap, send: Send) -> tup
     return 200, "", ""
 
 
-async def _finish_stream(
-    exchange: Exchange, tap: StreamTap, status: int, reason: str, error: str
-) -> None:
+def _stream_ending(tap: StreamTap, status: int, reason: str, error: str) -> Ending:
     text = "".join(tap.text) if tap.capture else None
-    await exchange.finish(
+    return Ending(
         status,
         tap.usage,
         reason=reason,

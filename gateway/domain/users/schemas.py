@@ -15,7 +15,10 @@ class UserUpdate(msgspec.Struct, forbid_unknown_fields=True):
     is_active: bool | msgspec.UnsetType = msgspec.UNSET
 
 
-class UserRead(msgspec.Struct):
+class UserRead(msgspec.Struct, frozen=True):
+    """A user as the admin API and /api/me show it; also the signed-in principal's frozen
+    copy of its user row (identity/principal.py)."""
+
     id: uuid.UUID
     email: str
     name: str

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -14,8 +15,9 @@ from litestar.testing import TestClient
 from gateway import admin_tasks
 from gateway.app import create_app
 from gateway.db.base import utc_now
-from gateway.db.models import ApiKey, Department
 from gateway.domain.identity.key_cache import FRESH_S, KeySnapshots
+from gateway.domain.identity.snapshots import DepartmentSnapshot, KeySnapshot
+from gateway.domain.limits.types import Limits
 from gateway.settings import Settings
 from tests.gateway.helpers import ADMIN_EMAIL, sign_in
 from tests.gateway.traffic.processes import Link, fresh_postgres, link_to
@@ -29,14 +31,14 @@ class Clock:
         return self.now
 
 
-def _key(**columns: object) -> ApiKey:
-    return ApiKey(**{"name": "k", "revoked_at": None, "expires_at": None, **columns})
+def _key(expires_at: datetime | None = None) -> KeySnapshot:
+    return KeySnapshot(uuid.uuid4(), uuid.uuid4(), "k", Limits(), None, expires_at=expires_at)
 
 
 def test_outage_serves_only_recent_lookups_made_under_the_current_generation() -> None:
     clock = Clock()
     snapshots = KeySnapshots(outage_grace_s=300, clock=clock)
-    department = Department(slug="d")
+    department = DepartmentSnapshot(uuid.uuid4(), "d", "D", Limits(), None)
     snapshots.put("a", _key(), department, "g1")
     clock.now += 299
     assert snapshots.during_outage("a", "g1") is not None

@@ -10,6 +10,7 @@ from litestar.testing import TestClient
 
 from gateway import cli
 from gateway.db.models import ApiKey, Department
+from gateway.domain.identity.snapshots import DepartmentSnapshot, KeySnapshot
 from gateway.domain.limits import Limits, scopes_for
 from tests.gateway.helpers import ADMIN_EMAIL, client_for, embedded_gateway, sign_in
 
@@ -135,6 +136,6 @@ def test_set_quota_changes_only_the_limits_given(
 def test_scopes_for_reads_the_new_columns() -> None:
     department = Department(slug="research", **LIMITS)
     key = ApiKey(name="ci", concurrent_requests=2)
-    dept_scope, key_scope = scopes_for(department, key)
+    dept_scope, key_scope = scopes_for(DepartmentSnapshot.of(department), KeySnapshot.of(key))
     assert dept_scope.limits == Limits(60, 40_000, 4, 1_000_000, 20_000_000)
     assert key_scope.limits == Limits(concurrent_requests=2)

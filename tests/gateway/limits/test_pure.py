@@ -7,6 +7,7 @@ import uuid
 import pytest
 
 from gateway.db.models import ApiKey, Department
+from gateway.domain.identity.snapshots import DepartmentSnapshot, KeySnapshot
 from gateway.domain.limits import LimitExceeded, Limits, Scope, scopes_for
 from gateway.domain.limits.headers import format_duration
 from gateway.domain.limits.memory import InProcessLimiter
@@ -23,7 +24,7 @@ def test_scopes_carry_each_rows_own_limits() -> None:
         id=uuid.uuid4(), slug="research", requests_per_minute=60, monthly_token_quota=10**6
     )
     key = ApiKey(id=uuid.uuid4(), name="ci", tokens_per_minute=5000, daily_token_quota=9)
-    scopes = scopes_for(department, key)
+    scopes = scopes_for(DepartmentSnapshot.of(department), KeySnapshot.of(key))
     assert [s.key for s in scopes] == [f"dept:{department.id}", f"key:{key.id}"]
     assert scopes[0].limits == Limits(requests_per_minute=60, tokens_per_month=10**6)
     assert scopes[1].limits == Limits(tokens_per_minute=5000, tokens_per_day=9)

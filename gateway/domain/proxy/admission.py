@@ -1,0 +1,95 @@
+"""What a request must pass before it reaches a worker: who may call, which model, which
+worker, and the limiter's admission. Each refusal is an `ApiError` in OpenAI's shape."""
+
+from __future__ import annotations
+
+from gateway.domain.identity.guards import csrf_ok
+from gateway.domain.identity.principal import Principal
+from gateway.domain.limits.scopes import scopes_for
+from gateway.domain.limits.types import Limiter, LimiterUnavailable, LimitExceeded, Reservation
+from gateway.domain.proxy.body import ApiRequest
+from gateway.domain.proxy.openai_errors import ApiError
+from gateway.domain.workers.pool import NoUpstream, Upstream, WorkerPool
+
+
+def authorize(principal: Principal, method: str, sent_csrf: str) -> None:
+    """An API key, or a signed-in user in a department whose writes echo the CSRF token."""
+    if principal.api_key is not None:
+        return
+    if principal.user is None or principal.session is None:
+        raise ApiError(
+            401,
+            "a valid API key (Authorization: Bearer sk-enc-...) or a signed-in session is required",
+            code="invalid_api_key",
+            reason="unauthenticated",
+        )
+    if not csrf_ok(principal.session, method, sent_csrf):
+        raise ApiError(403, "missing or wrong CSRF token", reason="csrf")
+    if principal.department is None:  # no department: no limits to hold the user to
+        raise ApiError(
+            403,
+            "you are not in a department yet: ask an admin to put you in a department",
+            code="no_department",
+        )
+
+
+def allowed(principal: Principal, model: str) -> bool:
+    """Both the key's and its department's allow-lists must admit ``model`` (None admits all)."""
+    department = principal.department
+    lists = [
+        principal.api_key.allowed_models if principal.api_key else None,
+        department.allowed_models if department else None,
+    ]
+    return all(names is None or model in names for names in lists)
+
+
+def check_allowed(principal: Principal, model: str) -> None:
+    if not allowed(principal, model):
+        raise ApiError(
+            403,
+            f"the model {model!r} is not allowed for this key or department",
+            code="model_not_allowed",
+            param="model",
+        )
+
+
+def pick(pool: WorkerPool, request: ApiRequest) -> Upstream:
+    try:
+        return pool.pick(request.model, request.affinity_key())
+    except NoUpstream as exc:
+        if not exc.known:
+            raise ApiError(
+                404,
+                f"the model {request.model!r} does not exist; GET /v1/models lists them",
+                code="model_not_found",
+                param="model",
+            ) from None
+        raise ApiError(
+            503,
+            f"no healthy worker serves {request.model!r} right now; try again shortly",
+            reason="no_upstream",
+            headers={"retry-after": "2"},
+        ) from None
+
+
+async def admit(
+    limiter: Limiter, principal: Principal, request: ApiRequest, upstream: Upstream
+) -> Reservation:
+    tokens = request.reserved_tokens(upstream.max_model_len.get(request.model))
+    try:
+        return await limiter.admit(scopes_for(principal.department, principal.api_key), tokens)
+    except LimitExceeded as exc:
+        raise ApiError(
+            429,
+            exc.message,
+            code="rate_limit_exceeded",
+            reason=f"rate_limit:{exc.reason}",
+            headers=exc.headers,
+        ) from None
+    except LimiterUnavailable:
+        raise ApiError(
+            503,
+            "rate limiting is unavailable (Redis cannot be reached); try again shortly",
+            reason="limiter_unavailable",
+            headers={"retry-after": "1"},
+        ) from None
