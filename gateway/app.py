@@ -45,7 +45,9 @@ def metrics(request: Request) -> bytes:
     """Prometheus: requests, refusals by reason, latency, tokens by department, upstreams."""
     traffic: Traffic = request.app.state.traffic
     audit = provide_state(request).audit
-    return traffic.metrics.render(traffic.pool, audit.pending, audit.spooled)
+    return traffic.metrics.render(
+        traffic.pool, audit.pending, audit.spooled, traffic.limiter.pending_settlements
+    )
 
 
 def create_app(

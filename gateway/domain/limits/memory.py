@@ -131,6 +131,10 @@ class InProcessLimiter:
                 if state.month == month:
                     state.month_used += delta
 
+    @property
+    def pending_settlements(self) -> int:
+        return 0  # applied under the lock, at once
+
     async def close(self) -> None:
         self._counters.clear()
 

@@ -127,6 +127,10 @@ class RedisLimiter:
         async with asyncio.timeout(self._timeout_s):
             await self._settle(keys=list(settlement.keys), args=list(settlement.args))
 
+    @property
+    def pending_settlements(self) -> int:
+        return len(self.unsettled)
+
     async def close(self) -> None:
         """Stops retrying settlements (after a last try); the Redis client belongs to the
         gateway state, which closes it."""

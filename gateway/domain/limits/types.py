@@ -132,4 +132,9 @@ class Limiter(Protocol):
         """
         ...
 
+    @property
+    def pending_settlements(self) -> int:
+        """Settlements made but not yet applied (Redis unreachable); retried until they are."""
+        ...
+
     async def close(self) -> None: ...

@@ -73,6 +73,11 @@ class GatewayMetrics:
         self.audit_spooled = Gauge(
             f"{PREFIX}_audit_spooled", "Audit records waiting in the spool file.", registry=reg
         )
+        self.limits_unsettled = Gauge(
+            f"{PREFIX}_limits_unsettled",
+            "Settlements waiting for Redis to be reachable again.",
+            registry=reg,
+        )
 
     def observe(self, outcome: Outcome) -> None:
         self.requests.labels(outcome.endpoint, str(outcome.status)).inc()
@@ -86,10 +91,13 @@ class GatewayMetrics:
             self.tokens.labels(slug, "cached").inc(usage.cached_tokens)
             self.tokens.labels(slug, "completion").inc(usage.completion_tokens)
 
-    def render(self, pool: WorkerPool, audit_pending: int, audit_spooled: int) -> bytes:
+    def render(
+        self, pool: WorkerPool, audit_pending: int, audit_spooled: int, unsettled: int = 0
+    ) -> bytes:
         for upstream in pool.upstreams:
             self.upstream_healthy.labels(upstream.url).set(1 if upstream.healthy else 0)
             self.upstream_in_flight.labels(upstream.url).set(upstream.in_flight)
         self.audit_pending.set(audit_pending)
         self.audit_spooled.set(audit_spooled)
+        self.limits_unsettled.set(unsettled)
         return generate_latest(self.registry)

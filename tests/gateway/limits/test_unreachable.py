@@ -14,6 +14,8 @@ from gateway.domain.limits import build_limiter
 from gateway.domain.limits.memory import InProcessLimiter
 from gateway.domain.limits.redis_limiter import RedisLimiter
 from gateway.domain.limits.types import LimiterUnavailable, Limits, Reservation, Scope
+from gateway.domain.proxy.metrics import GatewayMetrics
+from gateway.domain.workers.pool import WorkerPool
 from gateway.settings import Settings
 from tests.gateway.traffic.processes import link_to
 
@@ -77,7 +79,10 @@ async def test_a_settlement_redis_missed_is_made_once_it_is_back(
             reservation = await limiter.admit([scope], 400)
             link.cut()
             await limiter.settle(reservation, 25)
-            assert len(limiter.unsettled) == 1
+            assert limiter.pending_settlements == 1
+            assert b"enclave_gateway_limits_unsettled 1.0" in GatewayMetrics().render(
+                WorkerPool([], "t", interval=1), 0, 0, limiter.pending_settlements
+            )
             await asyncio.sleep(0.3)  # retries meanwhile fail and keep it
             assert len(limiter.unsettled) == 1
             link.restore()
@@ -85,7 +90,7 @@ async def test_a_settlement_redis_missed_is_made_once_it_is_back(
                 if not limiter.unsettled:
                     break
                 await asyncio.sleep(0.05)
-            assert not limiter.unsettled
+            assert limiter.pending_settlements == 0
             quota = await client.hgetall(f"{prefix}:{scope.key}:quota")
             assert (quota[b"du"], quota[b"mu"]) == (b"25", b"25")
             assert await client.zcard(f"{prefix}:{scope.key}:conc") == 0

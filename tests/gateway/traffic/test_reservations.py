@@ -161,6 +161,10 @@ class DamagedOnSettle:
             self.store.hset(self.key, "x", "1")
         await self.inner.settle(reservation, used_tokens)
 
+    @property
+    def pending_settlements(self) -> int:
+        return self.inner.pending_settlements
+
     async def close(self) -> None:
         await self.inner.close()
 
