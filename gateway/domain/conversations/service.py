@@ -1,0 +1,154 @@
+"""A user's conversations. Every query names the owner: another user's conversation is
+"not found", exactly like one that does not exist, whoever asks (admins included)."""
+
+from __future__ import annotations
+
+import uuid
+
+import msgspec
+from sqlalchemy import delete, func, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from gateway.db.base import as_utc, utc_now
+from gateway.db.models import Conversation, ConversationMessage
+from gateway.domain.conversations import pages
+from gateway.domain.conversations.schemas import (
+    MAX_MESSAGES,
+    ConversationCreate,
+    ConversationDetail,
+    ConversationRead,
+    ConversationUpdate,
+    MessageCreate,
+    MessageRead,
+    Usage,
+)
+from gateway.domain.pagination import Page
+from gateway.errors import NotFoundError
+
+
+def to_read(row: Conversation) -> ConversationRead:
+    return ConversationRead(
+        row.id,
+        row.title,
+        row.model,
+        row.system_prompt,
+        as_utc(row.created_at),
+        as_utc(row.updated_at),
+    )
+
+
+def message_read(row: ConversationMessage) -> MessageRead:
+    usage = None
+    if row.role == "assistant" and (row.prompt_tokens, row.completion_tokens, row.model) != (
+        None,
+        None,
+        None,
+    ):
+        usage = Usage(row.prompt_tokens, row.completion_tokens, row.model)
+    return MessageRead(row.position, row.role, row.content, as_utc(row.created_at), usage)
+
+
+def message_row(
+    conversation_id: uuid.UUID, position: int, data: MessageCreate
+) -> ConversationMessage:
+    usage = data.usage or Usage()
+    if data.usage is not None and data.role != "assistant":
+        raise ValueError("usage belongs to assistant messages only")
+    return ConversationMessage(
+        conversation_id=conversation_id,
+        position=position,
+        role=data.role,
+        content=data.content,
+        model=usage.model,
+        prompt_tokens=usage.prompt_tokens,
+        completion_tokens=usage.completion_tokens,
+    )
+
+
+class ConversationService:
+    def __init__(self, db: AsyncSession, user_id: uuid.UUID) -> None:
+        self.db = db
+        self.user_id = user_id
+
+    async def get(self, conversation_id: uuid.UUID, *, lock: bool = False) -> Conversation:
+        """``lock``: hold the row until commit (Postgres), so that two appends to one
+        conversation number their messages one after the other."""
+        statement = select(Conversation).where(
+            Conversation.id == conversation_id, Conversation.user_id == self.user_id
+        )
+        row = await self.db.scalar(statement.with_for_update() if lock else statement)
+        if row is None:
+            raise NotFoundError("no such conversation")
+        return row
+
+    async def list_page(self, after: str | None, limit: int) -> Page[ConversationRead]:
+        mine = select(Conversation).where(Conversation.user_id == self.user_id)
+        rows = (await self.db.scalars(pages.newest_first(mine, after, limit))).all()
+        return pages.make_page(list(rows), limit, to_read)
+
+    async def create(self, data: ConversationCreate) -> Conversation:
+        now = utc_now()
+        row = Conversation(user_id=self.user_id, created_at=now, updated_at=now)
+        for name, value in msgspec.structs.asdict(data).items():
+            setattr(row, name, value)
+        self.db.add(row)
+        await self.db.flush()
+        return row
+
+    async def update(self, conversation_id: uuid.UUID, data: ConversationUpdate) -> Conversation:
+        row = await self.get(conversation_id)
+        for name, value in msgspec.structs.asdict(data).items():
+            if value is not msgspec.UNSET:
+                setattr(row, name, value)
+        row.updated_at = utc_now()
+        await self.db.flush()
+        return row
+
+    async def delete(self, conversation_id: uuid.UUID) -> None:
+        await self.db.delete(await self.get(conversation_id))
+
+    async def detail(self, conversation_id: uuid.UUID) -> ConversationDetail:
+        row = await self.get(conversation_id)
+        messages = await self.db.scalars(
+            select(ConversationMessage)
+            .where(ConversationMessage.conversation_id == row.id)
+            .order_by(ConversationMessage.position)
+        )
+        return ConversationDetail(
+            row.id,
+            row.title,
+            row.model,
+            row.system_prompt,
+            as_utc(row.created_at),
+            as_utc(row.updated_at),
+            [message_read(m) for m in messages],
+        )
+
+    async def append(
+        self, conversation_id: uuid.UUID, messages: list[MessageCreate]
+    ) -> ConversationDetail:
+        row = await self.get(conversation_id, lock=True)
+        last = await self.db.scalar(
+            select(func.max(ConversationMessage.position)).where(
+                ConversationMessage.conversation_id == row.id
+            )
+        )
+        start = 0 if last is None else last + 1
+        if start + len(messages) > MAX_MESSAGES:
+            raise ValueError(f"a conversation holds at most {MAX_MESSAGES} messages")
+        self.db.add_all(message_row(row.id, start + i, m) for i, m in enumerate(messages))
+        row.updated_at = utc_now()
+        await self.db.flush()
+        return await self.detail(row.id)
+
+    async def truncate(self, conversation_id: uuid.UUID, from_position: int) -> ConversationDetail:
+        row = await self.get(conversation_id, lock=True)
+        await self.db.execute(
+            delete(ConversationMessage).where(
+                ConversationMessage.conversation_id == row.id,
+                ConversationMessage.position >= from_position,
+            )
+        )
+        row.updated_at = utc_now()
+        await self.db.flush()
+        return await self.detail(row.id)
