@@ -21,6 +21,11 @@ from gateway.db.base import Base, CreatedMixin, IdMixin, utc_now
 # FTS5 index of message text (SQLite only, see the 0004 migration) points at that rowid,
 # and an implicit rowid may change on VACUUM.
 MessageId = BigInteger().with_variant(Integer(), "sqlite")
+# Search indexes that migration 0004 makes outside the models, since they differ by database
+# (GIN expression indexes on Postgres, FTS5 tables on SQLite); migrations/env.py hides them
+# from autogenerate, which would otherwise propose dropping them.
+SEARCH_INDEXES = ("ix_conversation_messages_search", "ix_conversations_title_search")
+SEARCH_TABLE_PREFIXES = ("conversation_messages_fts", "conversation_titles_fts")
 
 
 class Conversation(IdMixin, CreatedMixin, Base):
