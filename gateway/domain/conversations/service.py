@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 
 import msgspec
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.db.base import as_utc, utc_now
@@ -70,16 +70,29 @@ class ConversationService:
         self.db = db
         self.user_id = user_id
 
-    async def get(self, conversation_id: uuid.UUID, *, lock: bool = False) -> Conversation:
-        """``lock``: hold the row until commit (Postgres), so that two appends to one
-        conversation number their messages one after the other."""
-        statement = select(Conversation).where(
-            Conversation.id == conversation_id, Conversation.user_id == self.user_id
+    async def get(self, conversation_id: uuid.UUID) -> Conversation:
+        row = await self.db.scalar(
+            select(Conversation).where(
+                Conversation.id == conversation_id, Conversation.user_id == self.user_id
+            )
         )
-        row = await self.db.scalar(statement.with_for_update() if lock else statement)
         if row is None:
             raise NotFoundError("no such conversation")
         return row
+
+    async def touch(self, conversation_id: uuid.UUID) -> Conversation:
+        """Move updated_at as the transaction's first statement: the write takes the row's
+        lock on Postgres and the database's write lock on SQLite, so racing appends queue
+        here instead of numbering their messages from the same last position."""
+        touched = await self.db.scalar(
+            update(Conversation)
+            .where(Conversation.id == conversation_id, Conversation.user_id == self.user_id)
+            .values(updated_at=utc_now())
+            .returning(Conversation.id)
+        )
+        if touched is None:
+            raise NotFoundError("no such conversation")
+        return await self.get(conversation_id)
 
     async def list_page(self, after: str | None, limit: int) -> Page[ConversationRead]:
         mine = select(Conversation).where(Conversation.user_id == self.user_id)
@@ -96,11 +109,10 @@ class ConversationService:
         return row
 
     async def update(self, conversation_id: uuid.UUID, data: ConversationUpdate) -> Conversation:
-        row = await self.get(conversation_id)
+        row = await self.touch(conversation_id)
         for name, value in msgspec.structs.asdict(data).items():
             if value is not msgspec.UNSET:
                 setattr(row, name, value)
-        row.updated_at = utc_now()
         await self.db.flush()
         return row
 
@@ -127,7 +139,7 @@ class ConversationService:
     async def append(
         self, conversation_id: uuid.UUID, messages: list[MessageCreate]
     ) -> ConversationDetail:
-        row = await self.get(conversation_id, lock=True)
+        row = await self.touch(conversation_id)
         last = await self.db.scalar(
             select(func.max(ConversationMessage.position)).where(
                 ConversationMessage.conversation_id == row.id
@@ -137,18 +149,15 @@ class ConversationService:
         if start + len(messages) > MAX_MESSAGES:
             raise ValueError(f"a conversation holds at most {MAX_MESSAGES} messages")
         self.db.add_all(message_row(row.id, start + i, m) for i, m in enumerate(messages))
-        row.updated_at = utc_now()
         await self.db.flush()
         return await self.detail(row.id)
 
     async def truncate(self, conversation_id: uuid.UUID, from_position: int) -> ConversationDetail:
-        row = await self.get(conversation_id, lock=True)
+        row = await self.touch(conversation_id)
         await self.db.execute(
             delete(ConversationMessage).where(
                 ConversationMessage.conversation_id == row.id,
                 ConversationMessage.position >= from_position,
             )
         )
-        row.updated_at = utc_now()
-        await self.db.flush()
         return await self.detail(row.id)
