@@ -38,13 +38,8 @@ def to_read(row: Conversation) -> ConversationRead:
 
 
 def message_read(row: ConversationMessage) -> MessageRead:
-    usage = None
-    if row.role == "assistant" and (row.prompt_tokens, row.completion_tokens, row.model) != (
-        None,
-        None,
-        None,
-    ):
-        usage = Usage(row.prompt_tokens, row.completion_tokens, row.model)
+    reported = (row.prompt_tokens, row.completion_tokens, row.model)
+    usage = Usage(*reported) if any(v is not None for v in reported) else None
     return MessageRead(row.position, row.role, row.content, as_utc(row.created_at), usage)
 
 
