@@ -48,6 +48,14 @@ def test_bodies_past_the_limits_or_with_nul_are_refused(backend: Backend) -> Non
         response = alice.call(method, url, body)
         assert response.status_code == 400, (method, url, str(body)[:80], response.text)
         assert set(response.json()) == {"status_code", "detail"}
+    # A lone surrogate is no text either (Postgres could not store it as UTF-8).
+    for method, url, raw in [
+        ("POST", "/api/conversations", b'{"model": "tiny", "title": "\\ud800"}'),
+        ("PATCH", path, b'{"system_prompt": "\\udfff"}'),
+        ("POST", f"{path}/messages", b'{"messages": [{"role": "user", "content": "\\ud800"}]}'),
+    ]:
+        response = alice.call(method, url, content=raw)
+        assert 400 <= response.status_code < 500, (method, url, response.text)
     kept = alice.ok("GET", path)
     assert (kept["title"], kept["messages"]) == ("target", [])
     # Exactly at the cap is fine.
