@@ -11,6 +11,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from gateway import __version__
 from gateway.dependencies import provide_db, provide_principal, provide_state
 from gateway.domain.audit.controllers import AuditController
+from gateway.domain.conversations.controllers import ConversationController
 from gateway.domain.departments.controllers import DepartmentController, GroupMappingController
 from gateway.domain.identity.controllers import IdentityController, OidcController
 from gateway.domain.identity.middleware import principal_middleware
@@ -83,6 +84,7 @@ def create_app(
             UserController,
             KeyController,
             AuditController,
+            ConversationController,
             *(extra_route_handlers or []),
         ],
         middleware=[request_id_middleware, principal_middleware],

@@ -9,6 +9,7 @@ from sqlalchemy.engine import Connection
 
 from gateway.db.base import Base
 from gateway.db.engine import create_engine
+from gateway.db.migrate import include_name
 from gateway.db.models import __all__ as _all_models  # noqa: F401  (registers the tables)
 
 config = context.config
@@ -31,6 +32,7 @@ def _run(connection: Connection) -> None:
         # SQLite cannot ALTER most things; batch mode rebuilds the table instead.
         render_as_batch=connection.dialect.name == "sqlite",
         compare_type=True,
+        include_name=include_name,
     )
     with context.begin_transaction():
         context.run_migrations()

@@ -8,9 +8,18 @@ from alembic import command
 from alembic.config import Config
 
 from gateway.db.engine import prepare_sqlite_file
+from gateway.db.models.conversation import SEARCH_INDEXES, SEARCH_TABLE_PREFIXES
 
 # migrations/ sits beside the gateway package at the repository root.
 REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def include_name(name: str | None, type_: str, _parents: object) -> bool:
+    """What autogenerate compares (migrations/env.py): not the search indexes that a
+    revision makes outside the models."""
+    if type_ == "table":
+        return not (name or "").startswith(SEARCH_TABLE_PREFIXES)
+    return not (type_ == "index" and name in SEARCH_INDEXES)
 
 
 def alembic_config(database_url: str) -> Config:

@@ -60,6 +60,11 @@ GUARDS: dict[str, dict[str, str]] = {
     "/api/admin/audit": {"GET": ADMIN},
     "/api/admin/audit/export.csv": {"GET": ADMIN},
     "/api/admin/audit/{seq:int}": {"GET": ADMIN},
+    "/api/conversations": {"GET": USER, "POST": USER},
+    "/api/conversations/search": {"GET": USER},
+    "/api/conversations/{conversation_id:uuid}": {"GET": USER, "PATCH": USER, "DELETE": USER},
+    "/api/conversations/{conversation_id:uuid}/messages": {"POST": USER},
+    "/api/conversations/{conversation_id:uuid}/truncate": {"POST": USER},
 }
 # Bodies that let an authorized call do its work; every other write sends {}.
 BODIES = {

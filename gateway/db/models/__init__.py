@@ -2,6 +2,7 @@
 
 from gateway.db.models.api_key import ApiKey
 from gateway.db.models.audit import AuditRecord
+from gateway.db.models.conversation import Conversation, ConversationMessage
 from gateway.db.models.department import Department
 from gateway.db.models.group_mapping import GroupMapping
 from gateway.db.models.request_record import AuditChain, RequestRecord
@@ -12,6 +13,8 @@ __all__ = [
     "ApiKey",
     "AuditChain",
     "AuditRecord",
+    "Conversation",
+    "ConversationMessage",
     "Department",
     "GroupMapping",
     "LoginSession",

@@ -1,0 +1,99 @@
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Annotated, Literal
+
+import msgspec
+
+from gateway.domain.fields import NO_NUL, Int32, ModelName, Name
+
+# 256 Ki characters (up to 1 MiB of UTF-8): far past any model's context, small enough that
+# a conversation of them stays a sane row set. Postgres refuses NUL in text.
+MAX_TEXT_CHARS = 256 * 1024
+# Messages one append may carry, and that one conversation may hold.
+MAX_APPEND = 100
+MAX_MESSAGES = 10_000
+
+LongText = Annotated[str, msgspec.Meta(max_length=MAX_TEXT_CHARS, pattern=NO_NUL)]
+TokenCount = Annotated[Int32, msgspec.Meta(ge=0)]
+Role = Literal["user", "assistant"]
+
+
+class ConversationCreate(msgspec.Struct, forbid_unknown_fields=True):
+    model: ModelName
+    title: Name = ""
+    system_prompt: LongText = ""
+
+
+class ConversationUpdate(msgspec.Struct, forbid_unknown_fields=True):
+    """Only the fields present are changed."""
+
+    title: Name | msgspec.UnsetType = msgspec.UNSET
+    model: ModelName | msgspec.UnsetType = msgspec.UNSET
+    system_prompt: LongText | msgspec.UnsetType = msgspec.UNSET
+
+
+class Usage(msgspec.Struct, forbid_unknown_fields=True):
+    """What the generation of an assistant message reported (OpenAI's ``usage``)."""
+
+    prompt_tokens: TokenCount | None = None
+    completion_tokens: TokenCount | None = None
+    model: ModelName | None = None
+
+
+class MessageCreate(msgspec.Struct, forbid_unknown_fields=True):
+    role: Role
+    content: LongText
+    usage: Usage | None = None
+
+
+class MessagesAppend(msgspec.Struct, forbid_unknown_fields=True):
+    messages: Annotated[list[MessageCreate], msgspec.Meta(min_length=1, max_length=MAX_APPEND)]
+
+
+class Truncate(msgspec.Struct, forbid_unknown_fields=True):
+    from_position: Annotated[int, msgspec.Meta(ge=0, le=2**31 - 1)]
+
+
+class MessageRead(msgspec.Struct):
+    position: int
+    role: str
+    content: str
+    created_at: datetime
+    usage: Usage | None = None
+
+
+class ConversationRead(msgspec.Struct):
+    """One conversation in the list: no messages."""
+
+    id: uuid.UUID
+    title: str
+    model: str
+    system_prompt: str
+    created_at: datetime
+    updated_at: datetime
+
+
+class ConversationDetail(msgspec.Struct):
+    id: uuid.UUID
+    title: str
+    model: str
+    system_prompt: str
+    created_at: datetime
+    updated_at: datetime
+    messages: list[MessageRead]
+
+
+class SearchHit(msgspec.Struct):
+    """A match in a message (``position`` set) or in a title (``position`` null); the
+    snippet is plain text around the match, not markup."""
+
+    conversation_id: uuid.UUID
+    title: str
+    position: int | None
+    snippet: str
+
+
+class SearchResults(msgspec.Struct):
+    items: list[SearchHit]
