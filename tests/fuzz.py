@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
+from typing import Any
 
 import schemathesis
 from hypothesis import HealthCheck, given, settings
@@ -103,3 +104,41 @@ def check_cases(
         except (Exception, BaseExceptionGroup) as exc:
             failures.append(f"{method} {path} {body}: {exc}")
     return failures
+
+
+def fuzz_stateful(
+    schema: schemathesis.BaseSchema,
+    prepare: Callable[[schemathesis.Case], dict[str, str]],
+    *,
+    max_examples: int,
+    steps: int,
+) -> list[str]:
+    """Sequences of calls that feed one answer's ids into the next request (links that
+    schemathesis infers from the document: a department created, then a key for it,
+    then that key revoked), each step under the same checks; the failure, if any."""
+    base: Any = schema.as_state_machine()
+
+    class Sequences(base):  # type: ignore[misc,valid-type]
+        def before_call(self, case: schemathesis.Case) -> None:
+            case.headers = {**(case.headers or {}), **prepare(case)}
+
+        def validate_response(
+            self, response: Any, case: schemathesis.Case, *args: Any, **kwargs: Any
+        ) -> None:
+            case.validate_response(response, checks=CHECKS)
+
+    try:
+        Sequences.run(
+            settings=settings(
+                max_examples=max_examples,
+                stateful_step_count=steps,
+                derandomize=True,
+                database=None,
+                deadline=None,
+                suppress_health_check=list(HealthCheck),
+                report_multiple_bugs=False,
+            )
+        )
+    except (Exception, BaseExceptionGroup) as exc:
+        return [f"stateful: {exc}"]
+    return []

@@ -4,6 +4,7 @@ needs. The shared run is in tests/fuzz.py."""
 
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +15,7 @@ import schemathesis
 from gateway.bench.fake_upstream import MODEL
 from gateway.domain.identity.principal import CSRF_HEADER, SESSION_COOKIE
 from gateway.openapi import DOCUMENT_ROOT
-from tests.fuzz import fuzz, served_model
+from tests.fuzz import fuzz, fuzz_stateful, served_model
 from tests.gateway.traffic.conftest import running_gateway
 
 
@@ -42,9 +43,17 @@ def test_the_gateway_holds_to_its_document(tmp_path: Path, fake_worker: str) -> 
             assert time.monotonic() < deadline, "the gateway never saw its worker healthy"
             time.sleep(0.05)
         aim = served_model(MODEL)
+        cookies = {SESSION_COOKIE: admin.cookie}
+        departments = httpx.get(f"{gateway.url}/api/admin/departments", cookies=cookies)
+        ops = departments.json()["items"][0]["id"]
+        turns = itertools.cycle((True, False))
 
         def prepare(case: schemathesis.Case) -> dict[str, str]:
             aim(case)
+            # Every other key or group mapping is for a department that exists, so that
+            # keys get made, and then rotated and revoked by the stateful sequences.
+            if isinstance(case.body, dict) and "department_id" in case.body and next(turns):
+                case.body["department_id"] = ops
             if case.path.startswith("/v1/") or case.path == "/api/me":
                 case.cookies = {}  # the key alone, not a session schemathesis made up
                 return key
@@ -56,4 +65,6 @@ def test_the_gateway_holds_to_its_document(tmp_path: Path, fake_worker: str) -> 
 
         schema = schemathesis.openapi.from_url(f"{gateway.url}{DOCUMENT_ROOT}/openapi.json")
         failures = fuzz(schema, prepare, max_examples=25)
+        admin_api = schema.include(path_regex="^/api/admin/")
+        failures += fuzz_stateful(admin_api, prepare, max_examples=10, steps=6)
     assert not failures, "\n\n".join(failures)
