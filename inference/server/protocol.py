@@ -7,7 +7,7 @@ declared as ``Any`` so that the handler can reject them with a precise message.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import UNSET, Struct, UnsetType
@@ -59,13 +59,17 @@ class CompletionRequest(SamplingFields, kw_only=True, forbid_unknown_fields=True
     echo: bool = False
 
 
+# What chat.py can render; in the structs so that the OpenAPI document says so too.
+Role = Literal["system", "developer", "user", "assistant", "tool"]
+
+
 class ContentPart(Struct):
-    type: str
-    text: str | None = None
+    type: Literal["text"]  # only text parts are supported
+    text: str
 
 
 class ChatMessage(Struct):
-    role: str
+    role: Role
     content: str | list[ContentPart] | None = None
     name: str | None = None
 
