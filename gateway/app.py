@@ -23,6 +23,7 @@ from gateway.domain.users.controllers import UserController
 from gateway.domain.workers.supervisor import WorkerSupervisor
 from gateway.errors import EXCEPTION_HANDLERS
 from gateway.json_request import GatewayRequest
+from gateway.openapi import DOCUMENT_ROUTES, openapi_config
 from gateway.request_context import request_id_middleware
 from gateway.settings import Settings
 from gateway.state import GatewayState
@@ -37,7 +38,7 @@ def health() -> dict[str, str]:
 
 # Routes anyone may call; every other route needs a session or a key (tests check this).
 PUBLIC_PATHS = frozenset(
-    {"/health", "/metrics", "/auth/local/login", "/auth/login", "/auth/callback"}
+    {"/health", "/metrics", "/auth/local/login", "/auth/login", "/auth/callback"} | DOCUMENT_ROUTES
 )
 
 
@@ -98,7 +99,7 @@ def create_app(
         on_startup=[start_state],
         on_shutdown=[close_state],
         logging_config=None,  # structlog is configured by the CLI, once per process
-        openapi_config=None,
+        openapi_config=openapi_config(PUBLIC_PATHS),
     )
     app.state.gateway = gateway
     app.state.traffic = traffic

@@ -6,7 +6,7 @@ import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from typing import Any, get_args
 
 import jinja2
 import msgspec
@@ -35,6 +35,7 @@ from inference.server.protocol import (
     ChatDelta,
     ChatMessage,
     ChatResponseMessage,
+    Role,
 )
 from inference.server.validation import (
     check_chat,
@@ -45,7 +46,7 @@ from inference.server.validation import (
 )
 from inference.server.worker import Tenant, Worker
 
-ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+ROLES = frozenset(get_args(Role))
 
 
 async def create_chat_completion(

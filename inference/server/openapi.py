@@ -42,11 +42,28 @@ _ERROR = {
         }
     },
 }
+# A stream is described per event (as schemathesis and OpenAPI 3.2's itemSchema read it):
+# each event's data is a chunk as JSON, an error body, or "[DONE]" last.
+_SSE_EVENT = {
+    "type": "object",
+    "required": ["data"],
+    "properties": {"data": {"type": "string"}, "event": {"type": "string"}},
+}
+_TEXT = {"type": "string"}
+# What worker.py's _weight_of takes: a plain decimal (up to 6 places) from 1 to 1000.
+TENANT_WEIGHT_SCHEMA = {
+    "type": "string",
+    "pattern": r"^(1000(\.0{1,6})?|[1-9][0-9]{0,2}(\.[0-9]{1,6})?)$",
+}
 _HEADERS = [
-    ("X-Request-Id", "Echoed on the response; a new id is made when none comes."),
-    ("X-Enclave-Tenant", "The tenant the scheduler shares the engine between."),
-    ("X-Enclave-Tenant-Weight", "That tenant's scheduling weight, 1 to 1000 (default 1)."),
-    ("traceparent", "W3C trace context, continued by the worker's span."),
+    ("X-Request-Id", _TEXT, "Echoed on the response; a new id is made when none comes."),
+    ("X-Enclave-Tenant", _TEXT, "The tenant the scheduler shares the engine between."),
+    (
+        "X-Enclave-Tenant-Weight",
+        TENANT_WEIGHT_SCHEMA,
+        "That tenant's scheduling weight (default 1).",
+    ),
+    ("traceparent", _TEXT, "W3C trace context, continued by the worker's span."),
 ]
 
 
@@ -58,9 +75,9 @@ def openapi_document() -> bytes:
     _, components = msgspec.json.schema_components(structs, ref_template=_REF)
     components["Error"] = _ERROR
     generation_headers = [
-        {"name": name, "in": "header", "required": False, "schema": {"type": "string"},
+        {"name": name, "in": "header", "required": False, "schema": schema,
          "description": description}
-        for name, description in _HEADERS
+        for name, schema, description in _HEADERS
     ]  # fmt: skip
     document = {
         "openapi": "3.1.0",
@@ -110,7 +127,7 @@ def _post(
 ) -> dict[str, Any]:
     ok = _json(response)
     if sse:  # with "stream": true, server-sent events ending in "data: [DONE]"
-        ok["text/event-stream"] = {"schema": {"type": "string"}}
+        ok["text/event-stream"] = {"schema": _SSE_EVENT}
     return {
         "parameters": headers,
         "requestBody": {"required": True, "content": _json(request)},

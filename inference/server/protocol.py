@@ -7,10 +7,13 @@ declared as ``Any`` so that the handler can reject them with a precise message.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import UNSET, Struct, UnsetType
+
+# On the fields the handlers refuse empty, so that the OpenAPI document says so too.
+NOT_EMPTY = msgspec.Meta(min_length=1)
 
 
 class StreamOptions(Struct, forbid_unknown_fields=True):
@@ -51,24 +54,28 @@ class SamplingFields(Struct, kw_only=True, forbid_unknown_fields=True):
 class CompletionRequest(SamplingFields, kw_only=True, forbid_unknown_fields=True):
     # str, list[str], list[int] or list[list[int]]; msgspec allows one array type per
     # union, so the shape is checked in completions.py.
-    prompt: str | list[Any]
+    prompt: Annotated[str, NOT_EMPTY] | Annotated[list[Any], NOT_EMPTY]
     logprobs: int | None = None
     echo: bool = False
 
 
+# What chat.py can render; in the structs so that the OpenAPI document says so too.
+Role = Literal["system", "developer", "user", "assistant", "tool"]
+
+
 class ContentPart(Struct):
-    type: str
-    text: str | None = None
+    type: Literal["text"]  # only text parts are supported
+    text: str
 
 
 class ChatMessage(Struct):
-    role: str
+    role: Role
     content: str | list[ContentPart] | None = None
     name: str | None = None
 
 
 class ChatCompletionRequest(SamplingFields, kw_only=True, forbid_unknown_fields=True):
-    messages: list[ChatMessage]
+    messages: Annotated[list[ChatMessage], NOT_EMPTY]
     max_completion_tokens: int | None = None
     logprobs: bool = False
     top_logprobs: int | None = None

@@ -11,21 +11,18 @@ from __future__ import annotations
 
 import asyncio
 import re
-import threading
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-import pytest
 from litestar import Litestar, get, post
 from litestar.routes import ASGIRoute, HTTPRoute
 from litestar.testing import TestClient
 
 from gateway import admin_tasks
 from gateway.app import PUBLIC_PATHS, create_app
-from gateway.bench.fake_upstream import MODEL, FakeUpstream
+from gateway.bench.fake_upstream import MODEL
 from gateway.domain.identity.principal import CSRF_HEADER, SESSION_COOKIE
 from gateway.domain.proxy.handlers import API_ROUTES
 from tests.gateway.helpers import ADMIN_EMAIL, embedded_gateway
@@ -38,6 +35,10 @@ ADMIN = "admin"  # a signed-in admin
 # Who may call what: (path as the app declares it) -> {method: guard}.
 GUARDS: dict[str, dict[str, str]] = {
     "/health": {"GET": PUBLIC},
+    # The OpenAPI document (gateway/openapi.py), and Litestar's 404 for the rest below it.
+    "/schema": {"GET": PUBLIC},
+    "/schema/openapi.json": {"GET": PUBLIC},
+    "/schema/{path:str}": {"GET": PUBLIC},
     "/metrics": {"GET": PUBLIC},
     "/auth/local/login": {"POST": PUBLIC},
     "/auth/login": {"GET": PUBLIC},
@@ -84,23 +85,6 @@ class Caller:
     name: str
     headers: dict[str, str]
     csrf: str | None = None  # sent on writes
-
-
-@pytest.fixture
-def fake_worker() -> Iterator[str]:
-    """A fake worker serving MODEL, on its own event loop in a thread."""
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    upstream = FakeUpstream(chunks=2)
-    port = asyncio.run_coroutine_threadsafe(upstream.start(), loop).result(10)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        asyncio.run_coroutine_threadsafe(upstream.close(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        loop.close()
 
 
 def declared_routes(app: Litestar) -> dict[str, set[str]]:

@@ -2,17 +2,21 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
+from typing import Annotated
 
 import msgspec
 
 from gateway.domain.fields import GroupName, Int32, Int64, ModelName, Name
 
 SLUG_PATTERN = "^[a-z0-9][a-z0-9-]{0,99}$"
+# In the structs, so that the OpenAPI document says what the service checks too.
+Slug = Annotated[str, msgspec.Meta(pattern=SLUG_PATTERN)]
+SchedulingWeight = Annotated[int, msgspec.Meta(ge=1, le=1000)]
 
 
 class DepartmentCreate(msgspec.Struct, forbid_unknown_fields=True):
     name: Name
-    slug: str
+    slug: Slug
     # Limits and quotas: None is unlimited; see docs/limits.md.
     monthly_token_quota: Int64 | None = None
     requests_per_minute: Int32 | None = None
@@ -21,7 +25,7 @@ class DepartmentCreate(msgspec.Struct, forbid_unknown_fields=True):
     concurrent_requests: Int32 | None = None
     audit_bodies: bool = False
     allowed_models: list[ModelName] | None = None
-    scheduling_weight: int = 1
+    scheduling_weight: SchedulingWeight = 1
 
 
 class DepartmentUpdate(msgspec.Struct, forbid_unknown_fields=True):
@@ -35,13 +39,13 @@ class DepartmentUpdate(msgspec.Struct, forbid_unknown_fields=True):
     concurrent_requests: Int32 | msgspec.UnsetType | None = msgspec.UNSET
     audit_bodies: bool | msgspec.UnsetType = msgspec.UNSET
     allowed_models: list[ModelName] | msgspec.UnsetType | None = msgspec.UNSET
-    scheduling_weight: int | msgspec.UnsetType = msgspec.UNSET
+    scheduling_weight: SchedulingWeight | msgspec.UnsetType = msgspec.UNSET
 
 
 class DepartmentRead(msgspec.Struct):
     id: uuid.UUID
     name: str
-    slug: str
+    slug: Slug
     monthly_token_quota: int | None
     requests_per_minute: int | None
     allowed_models: list[str] | None

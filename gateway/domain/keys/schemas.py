@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
+from typing import Annotated
 
 import msgspec
 
@@ -33,8 +34,8 @@ class KeyUpdate(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class KeyRotate(msgspec.Struct, forbid_unknown_fields=True):
-    # How long the old key keeps working after rotation; 0 ends it now.
-    grace_seconds: int = 0
+    # How long the old key keeps working after rotation; 0 ends it now. At most 30 days.
+    grace_seconds: Annotated[int, msgspec.Meta(ge=0, le=30 * 86400)] = 0
 
 
 class KeyRead(msgspec.Struct):

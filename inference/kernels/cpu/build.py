@@ -27,7 +27,12 @@ HERE = Path(__file__).parent
 # -ffast-math lets expf be vectorised (glibc's libmvec); the kernels' inputs are finite, and
 # the tests hold them to the torch path's results. layers.c keeps each product and sum as
 # torch rounds it, so it must not fuse them into FMAs.
-FLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp", "-shared", "-fPIC", "-std=gnu11")
+FLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp", "-fPIC", "-std=gnu11")
+# Linked in a second step without -ffast-math: a link with it adds crtfastmath.o (GCC
+# before 13 does so even for -shared), whose constructor sets flush-to-zero and
+# denormals-are-zero for the whole process on load, so Python's and torch's own float
+# arithmetic would then silently lose every subnormal.
+LINK_FLAGS = ("-shared", "-fopenmp")
 SOURCE_FLAGS = {
     "paged_decode": (),
     "layers": ("-ffp-contract=off", "-mprefer-vector-width=512"),
@@ -75,13 +80,15 @@ def load_library(name: str, extra_flags: tuple[str, ...] = ()) -> ctypes.CDLL:
     if compiler is None:
         raise KernelBuildError("no C compiler (cc or gcc) on PATH")
     workdir = Path(tempfile.mkdtemp(prefix="enclave-kernels-"))
-    library = workdir / f"{name}.so"
+    objects, library = workdir / f"{name}.o", workdir / f"{name}.so"
     flags = [*FLAGS, *SOURCE_FLAGS[name], *extra_flags]
-    command = [compiler, *flags, "-o", str(library), str(source), "-lm"]
+    compile_ = [compiler, *flags, "-c", "-o", str(objects), str(source)]
+    link = [compiler, *LINK_FLAGS, "-o", str(library), str(objects), "-lm"]
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=120)
-        if done.returncode != 0:
-            raise KernelBuildError(f"{' '.join(command)} failed:\n{done.stderr.strip()}")
+        for command in (compile_, link):
+            done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+            if done.returncode != 0:
+                raise KernelBuildError(f"{' '.join(command)} failed:\n{done.stderr.strip()}")
         lib = ctypes.CDLL(str(library))
     except (OSError, subprocess.TimeoutExpired) as error:
         raise KernelBuildError(f"could not build {source.name}: {error}") from error

@@ -20,6 +20,8 @@ MEMBER_EMAIL = "member@example.test"
 def _routes(client: TestClient) -> list[tuple[str, str]]:
     found: list[tuple[str, str]] = []
     for route in client.app.routes:
+        if route.path in PUBLIC_PATHS:
+            continue
         path = re.sub(r"\{[^}:]+:uuid\}", str(uuid.uuid4()), route.path)
         path = re.sub(r"\{[^}:]+:int\}", "1", path)
         path = re.sub(r"\{[^}]+\}", "x", path)
@@ -36,8 +38,6 @@ def test_every_route_needs_credentials_and_admin_routes_refuse_members(tmp_path:
         routes = _routes(client)
         assert len(routes) >= 15
         for method, path in routes:
-            if path in PUBLIC_PATHS:
-                continue
             response = client.request(method, path, json={})
             assert response.status_code == 401, (method, path, response.status_code)
             body = response.json()

@@ -102,6 +102,8 @@ def _sample(schema: dict[str, Any], schemas: dict[str, Any], samples: dict[str, 
         return {k: _sample(target["properties"][k], schemas, samples) for k in target["required"]}
     if "anyOf" in schema:
         return _sample(schema["anyOf"][0], schemas, samples)
+    if "enum" in schema:
+        return schema["enum"][0]
     if schema["type"] == "array":
         item = _sample(schema.get("items", {"type": "integer"}), schemas, samples)
         return [{**item, "role": "user"} if isinstance(item, dict) else item]

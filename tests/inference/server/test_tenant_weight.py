@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import httpx
 import pytest
 
 from inference.server.errors import APIError
+from inference.server.openapi import TENANT_WEIGHT_SCHEMA
 from inference.server.settings import ServerSettings
 from inference.server.worker import Tenant, Worker
 from tests.inference.server.conftest import API_KEY, MODEL
@@ -34,6 +36,16 @@ def test_weights_that_are_refused(header: str) -> None:
     with pytest.raises(APIError) as refused:
         worker.tenant_of("quality", header)
     assert refused.value.status == 400 and refused.value.param == "X-Enclave-Tenant-Weight"
+
+
+def test_the_document_describes_the_weights_taken() -> None:
+    # Described as a plain string, almost every fuzzed request was a 400 for its header.
+    pattern = re.compile(str(TENANT_WEIGHT_SCHEMA["pattern"]))
+    for taken in ("1", "4", "250", "2.5", "1000", "999.999999", "1000.0"):
+        assert pattern.search(taken), taken
+        assert Worker(ServerSettings(served_model_name=MODEL)).tenant_of("q", taken)
+    for refused in ["", "0", "0.5", "1001", "1000.5", "-1", "abc", "1e3", "nan", "1_000"]:
+        assert not pattern.search(refused), refused
 
 
 @pytest.fixture(scope="module")

@@ -69,11 +69,29 @@ def test_response_format_is_not_supported_yet() -> None:
         ({"top_logprobs": 3}, "top_logprobs"),
         ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
         ({"tools": [{"type": "function"}]}, "tools"),
-        ({"messages": []}, "messages"),
     ],
 )
 def test_chat_rules(fields: dict[str, object], param: str) -> None:
     assert error_of(check_chat, chat(**fields)).param == param
+
+
+def test_roles_and_content_parts_are_refused_as_the_document_says() -> None:
+    # In the structs (an enum in GET /openapi.json), not only in chat.py: the fuzzer's
+    # "valid" chats were otherwise almost all 400s for their roles.
+    assert error_of(chat, messages=[{"role": "robot", "content": "x"}]).param == (
+        "messages[0].role"
+    )
+    image = [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]
+    assert error_of(chat, messages=image).param.startswith("messages[0].content")
+
+
+def test_empty_messages_and_prompts_are_refused_as_the_document_says() -> None:
+    # In the structs (so GET /openapi.json says minItems/minLength 1), not only in the
+    # handlers: the fuzzer's "valid" requests were otherwise almost all 400s.
+    assert error_of(chat, messages=[]).param == "messages"
+    for prompt in ("", []):
+        error = error_of(completion, prompt=prompt)
+        assert error.status == 400 and error.param == "prompt"
 
 
 def test_completion_rules() -> None:
