@@ -154,6 +154,8 @@ def _describe(path: str, method: str, operation: dict[str, Any], public: bool) -
             errors["403"] = "Not an admin, or a write without the session's CSRF token"
         if path.startswith("/api/admin/") and (write or "{" in path):
             errors["404"] = "No such record, or no record the body names (a department)"
+        elif "{" in path:  # the caller's own records only: another's is not found either
+            errors["404"] = "No such record of the caller's"
         if path.startswith("/api/admin/") and write:
             errors["409"] = "A name or slug already taken"
     for status, description in errors.items():

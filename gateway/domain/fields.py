@@ -28,3 +28,5 @@ Password = Annotated[str, msgspec.Meta(max_length=1024)]
 # positive (null is none; 0 would refuse every request), as check_limit_values says too.
 Int32 = Annotated[int, msgspec.Meta(ge=1, le=INT32_MAX)]
 Int64 = Annotated[int, msgspec.Meta(ge=1, le=INT64_MAX)]
+# A count kept in an INTEGER column that may be zero (tokens used, a position).
+Count32 = Annotated[int, msgspec.Meta(ge=0, le=INT32_MAX)]

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from gateway.domain.fields import NO_NUL, Int32, ModelName, Name
+from gateway.domain.fields import NO_NUL, Count32, ModelName, Name
 
 # 256 Ki characters (up to 1 MiB of UTF-8): far past any model's context, small enough that
 # a conversation of them stays a sane row set. Postgres refuses NUL in text.
@@ -16,7 +16,7 @@ MAX_APPEND = 100
 MAX_MESSAGES = 10_000
 
 LongText = Annotated[str, msgspec.Meta(max_length=MAX_TEXT_CHARS, pattern=NO_NUL)]
-TokenCount = Annotated[Int32, msgspec.Meta(ge=0)]
+TokenCount = Count32
 Role = Literal["user", "assistant"]
 
 
@@ -53,7 +53,7 @@ class MessagesAppend(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class Truncate(msgspec.Struct, forbid_unknown_fields=True):
-    from_position: Annotated[int, msgspec.Meta(ge=0, le=2**31 - 1)]
+    from_position: Count32
 
 
 class MessageRead(msgspec.Struct):
