@@ -50,8 +50,9 @@ class Accounting:
 
     async def _settle(self, request_id: str, reservation: Reservation, used: int) -> None:
         """Settle, or log and count why not. The limiters free a request's concurrency
-        slots before anything else in a settlement can fail; when the settlement does not
-        run at all, the slot's lease (15 minutes) frees it."""
+        slots before anything else in a settlement can fail; one that cannot reach Redis is
+        retried until it does (limits/unsettled.py), and only a gateway that dies meanwhile
+        leaves the slot to its lease (15 minutes)."""
         try:
             await self.limiter.settle(reservation, used)
         except Exception as exc:
