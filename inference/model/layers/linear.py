@@ -95,7 +95,8 @@ class Linear(FusedLinear):
 
 
 def can_prepack_for_cpu(weight: torch.Tensor) -> bool:
-    """bfloat16 on a CPU whose oneDNN has bfloat16 kernels (AVX-512 BF16 or AMX)."""
+    """bfloat16 on a CPU whose oneDNN has bfloat16 kernels: any with AVX-512 (BW, VL, DQ),
+    native with AVX-512 BF16 or AMX and emulated in float32 without them (Ice Lake)."""
     return (
         weight.device.type == "cpu"
         and weight.dtype == torch.bfloat16
