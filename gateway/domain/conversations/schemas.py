@@ -75,13 +75,9 @@ class ConversationRead(msgspec.Struct):
     updated_at: datetime
 
 
-class ConversationDetail(msgspec.Struct):
-    id: uuid.UUID
-    title: str
-    model: str
-    system_prompt: str
-    created_at: datetime
-    updated_at: datetime
+class ConversationDetail(ConversationRead):
+    """One conversation with its messages, in order."""
+
     messages: list[MessageRead]
 
 

@@ -121,15 +121,8 @@ class ConversationService:
             .where(ConversationMessage.conversation_id == row.id)
             .order_by(ConversationMessage.position)
         )
-        return ConversationDetail(
-            row.id,
-            row.title,
-            row.model,
-            row.system_prompt,
-            as_utc(row.created_at),
-            as_utc(row.updated_at),
-            [message_read(m) for m in messages],
-        )
+        summary = msgspec.structs.asdict(to_read(row))
+        return ConversationDetail(**summary, messages=[message_read(m) for m in messages])
 
     async def append(
         self, conversation_id: uuid.UUID, messages: list[MessageCreate]

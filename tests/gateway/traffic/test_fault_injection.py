@@ -46,9 +46,21 @@ class Traffic:
         with ThreadPoolExecutor(CONCURRENCY) as pool:
             list(pool.map(self.one, range(start, start + count)))
 
-    def one(self, i: int) -> None:
+    def count(self) -> None:
         with self._lock:
             self.sent += 1
+
+    def long_stream(self, content: str, max_tokens: int) -> Any:
+        return self.clients["quality"].chat.completions.create(
+            model="tiny",
+            messages=[{"role": "user", "content": content}],
+            max_tokens=max_tokens,
+            stream=True,
+            extra_body={"ignore_eos": True},
+        )
+
+    def one(self, i: int) -> None:
+        self.count()
         kind = i % 6
         quality, common = self.clients["quality"], {"model": "tiny", "temperature": 0}
         chat = [{"role": "user", "content": f"Inspection {i}: is the bore in tolerance?"}]
@@ -79,13 +91,7 @@ class Traffic:
             pass  # refusals and breaks are part of the mix; the records tell them apart
 
     def cancelled_stream(self, chat: list[dict[str, str]]) -> None:
-        stream = self.clients["quality"].chat.completions.create(
-            model="tiny",
-            messages=chat,
-            max_tokens=100,
-            stream=True,
-            extra_body={"ignore_eos": True},
-        )
+        stream = self.long_stream(chat[0]["content"], 100)
         for _ in stream:
             break
         stream.close()
@@ -95,16 +101,8 @@ class Traffic:
         started = threading.Barrier(count + 1)
 
         def stream(_: int) -> None:
-            with self._lock:
-                self.sent += 1
-            chunks = self.clients["quality"].chat.completions.create(
-                model="tiny",
-                messages=[{"role": "user", "content": "Write the shift report."}],
-                max_tokens=40,
-                stream=True,
-                extra_body={"ignore_eos": True},
-            )
-            iterator = iter(chunks)
+            self.count()
+            iterator = iter(self.long_stream("Write the shift report.", 40))
             next(iterator)
             started.wait(30)
             for _ in iterator:
@@ -118,15 +116,8 @@ class Traffic:
                 future.result(60)
 
     def killed_mid_stream(self, worker: Any) -> None:
-        with self._lock:
-            self.sent += 1
-        stream = self.clients["quality"].chat.completions.create(
-            model="tiny",
-            messages=[{"role": "user", "content": "A long answer, please."}],
-            max_tokens=200,
-            stream=True,
-            extra_body={"ignore_eos": True},
-        )
+        self.count()
+        stream = self.long_stream("A long answer, please.", 200)
         try:
             for received, _ in enumerate(stream):
                 if received == 2:
@@ -143,8 +134,7 @@ def _wait_until_served(traffic: Traffic, timeout: float = 30) -> None:
             f"{traffic.url}/v1/models",
             headers={"authorization": f"Bearer {traffic.keys['quality']}"},
         )
-        with traffic._lock:
-            traffic.sent += 1
+        traffic.count()
         if listed.status_code == 200 and listed.json()["data"]:
             return
         time.sleep(0.3)
