@@ -22,7 +22,13 @@ from gateway.domain.limits.decision import (
     refused,
 )
 from gateway.domain.limits.headers import Window
-from gateway.domain.limits.types import Reservation, Scope, reservation_tokens, settled_tokens
+from gateway.domain.limits.types import (
+    QuotaUsage,
+    Reservation,
+    Scope,
+    reservation_tokens,
+    settled_tokens,
+)
 
 WINDOW_US = int(WINDOW_S * periods.US_PER_S)
 DEFAULT_LEASE_S = 15 * 60
@@ -130,6 +136,17 @@ class InProcessLimiter:
                     state.day_used += delta
                 if state.month == month:
                     state.month_used += delta
+
+    async def usage(self, scope: Scope) -> QuotaUsage:
+        async with self._lock:
+            now = self._clock()
+            state = self._counters.get(scope.key)
+            if state is None:
+                return QuotaUsage(0, 0, now)
+            # Read as expire() would roll over, without touching the counters.
+            day = state.day_used if state.day == periods.day_of(now) else 0
+            month = state.month_used if state.month == periods.month_of(now) else 0
+            return QuotaUsage(day, month, now)
 
     @property
     def pending_settlements(self) -> int:

@@ -26,10 +26,18 @@ def seconds_to_next_day(now_us: int) -> float:
 
 
 def seconds_to_next_month(now_us: int) -> float:
+    return (next_month_start(now_us) - _utc(now_us)) / timedelta(seconds=1)
+
+
+def next_day_start(now_us: int) -> datetime:
+    """UTC midnight after ``now_us``: when the day's counters start again."""
+    return _utc((day_of(now_us) + 1) * US_PER_DAY)
+
+
+def next_month_start(now_us: int) -> datetime:
     moment = _utc(now_us)
     year, month = divmod(moment.year * 12 + moment.month, 12)  # the next month, 0-based
-    start = datetime(year, month + 1, 1, tzinfo=UTC)
-    return (start - moment) / timedelta(seconds=1)
+    return datetime(year, month + 1, 1, tzinfo=UTC)
 
 
 def _utc(now_us: int) -> datetime:

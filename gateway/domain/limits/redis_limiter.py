@@ -22,8 +22,10 @@ from gateway.domain.limits.decision import WINDOW_S, Refusal, admitted, refused
 from gateway.domain.limits.headers import Window
 from gateway.domain.limits.memory import DEFAULT_LEASE_S
 from gateway.domain.limits.types import (
+    MAX_TOKENS,
     REASONS,
     LimiterUnavailable,
+    QuotaUsage,
     Reservation,
     Scope,
     reservation_tokens,
@@ -123,6 +125,27 @@ class RedisLimiter:
             log.warning("limits_settle_deferred", reservation=reservation.id, error=str(exc))
             self.unsettled.add(settlement)
 
+    async def usage(self, scope: Scope) -> QuotaUsage:
+        """TIME and the quota hash in one MULTI, so the clock is the one the counters were
+        read at; a day or month other than the current one has rolled over: 0 used."""
+        (quota_key,) = self._keys(scope, ("quota",))
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                async with self._redis.pipeline(transaction=True) as pipe:
+                    pipe.time()
+                    pipe.hmget(quota_key, ["d", "du", "m", "mu"])
+                    (seconds, micros), (day, day_used, month, month_used) = await pipe.execute()
+        except UNREACHABLE as exc:
+            raise LimiterUnavailable(
+                "quota usage cannot be read: the limits store (Redis) is unreachable"
+            ) from exc
+        now = int(seconds) * periods.US_PER_S + int(micros)
+        return QuotaUsage(
+            _stored(day_used) if _stored(day) == periods.day_of(now) else 0,
+            _stored(month_used) if _stored(month) == periods.month_of(now) else 0,
+            now,
+        )
+
     async def _send(self, settlement: Settlement) -> None:
         async with asyncio.timeout(self._timeout_s):
             await self._settle(keys=list(settlement.keys), args=list(settlement.args))
@@ -135,6 +158,18 @@ class RedisLimiter:
         """Stops retrying settlements (after a last try); the Redis client belongs to the
         gateway state, which closes it."""
         await self.unsettled.close()
+
+
+def _stored(raw: bytes | str | None) -> int:
+    """A counter as the scripts' stored() reads it: absent or garbage is 0, a float left
+    by an older version is the number it says, clamped to 0..MAX_TOKENS."""
+    try:
+        value = float(raw) if raw is not None else 0.0
+    except ValueError:
+        return 0
+    if value != value:  # NaN
+        return 0
+    return int(min(max(value, 0.0), float(MAX_TOKENS)))
 
 
 def _conclude(rid: str, scopes: Sequence[Scope], tokens: int, reply: list[int]) -> Reservation:

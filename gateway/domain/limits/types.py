@@ -91,6 +91,16 @@ class Reservation:
     admitted_at_us: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class QuotaUsage:
+    """What one scope has used of its quotas: tokens in the store's current UTC day and
+    month (settled requests count what they used, pending ones what they reserved)."""
+
+    day_used: int
+    month_used: int
+    now_us: int  # the store's clock when read: the day and month these belong to
+
+
 class LimitExceeded(Exception):
     """A limit refused the request: the proxy answers 429 with these headers."""
 
@@ -129,6 +139,14 @@ class Limiter(Protocol):
         """Replace the reserved tokens with those used and free the concurrency slot.
 
         Idempotent; never raises for an unreachable store (it logs).
+        """
+        ...
+
+    async def usage(self, scope: Scope) -> QuotaUsage:
+        """Read ``scope``'s day and month counters without changing anything.
+
+        Raises LimiterUnavailable when the store is down (never fails open: there is
+        nothing to admit, only a number that would be wrong).
         """
         ...
 
