@@ -11,7 +11,7 @@ tokens the gateway reserves for a request that sets no max_tokens.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 
@@ -20,8 +20,24 @@ import httpx
 CHECK_TIMEOUT_S = 2.0
 
 
+# What the last check found, in a word, for `/api/status` (not parsed from the message):
+# "unknown" before the first check, "error" for a worker that answers but not as it should
+# (a refused token, a bad model list). "loading" covers a worker's own "starting".
+UpstreamState = Literal["unknown", "ready", "loading", "draining", "failed", "unreachable", "error"]
+_READY_STATES: dict[str, UpstreamState] = {
+    "loading": "loading",
+    "starting": "loading",
+    "draining": "draining",
+    "failed": "failed",
+}
+
+
 class CheckFailed(Exception):
     """The worker is not fit to take requests; the message says why, for logs and admins."""
+
+    def __init__(self, message: str, state: UpstreamState = "error") -> None:
+        super().__init__(message)
+        self.state: UpstreamState = state
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,14 +56,16 @@ async def probe(
     try:
         ready = await client.get(f"{url}/ready", timeout=timeout)
         if ready.status_code != 200:
-            raise CheckFailed(f"/ready answered {ready.status_code} ({_status_of(ready)})")
+            status = _status_of(ready)
+            state = _READY_STATES.get(status, "error") if ready.status_code == 503 else "error"
+            raise CheckFailed(f"/ready answered {ready.status_code} ({status})", state)
         listed = await client.get(
             f"{url}/v1/models", headers={"Authorization": f"Bearer {token}"}, timeout=timeout
         )
     except httpx.TimeoutException:
-        raise CheckFailed(f"no answer within {timeout:g} s") from None
+        raise CheckFailed(f"no answer within {timeout:g} s", "unreachable") from None
     except httpx.TransportError as exc:
-        raise CheckFailed(f"unreachable: {type(exc).__name__}: {exc}") from None
+        raise CheckFailed(f"unreachable: {type(exc).__name__}: {exc}", "unreachable") from None
     if listed.status_code == 401:
         raise CheckFailed("/v1/models refused the worker token (401): check ENCLAVE_WORKER_TOKEN")
     if listed.status_code != 200:

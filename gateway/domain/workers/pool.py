@@ -20,7 +20,7 @@ import httpx
 import structlog
 
 from gateway.domain.workers import routing
-from gateway.domain.workers.health import CHECK_TIMEOUT_S, CheckFailed, probe
+from gateway.domain.workers.health import CHECK_TIMEOUT_S, CheckFailed, UpstreamState, probe
 
 log = structlog.get_logger("gateway.workers")
 
@@ -37,6 +37,7 @@ class Upstream:
     max_model_len: dict[str, int] = field(default_factory=dict)
     in_flight: int = 0
     last_error: str = ""
+    state: UpstreamState = "unknown"  # the last check's verdict in a word (health.py)
 
 
 class NoUpstream(LookupError):
@@ -90,6 +91,15 @@ class WorkerPool:
         """Every model at least one healthy worker serves, sorted."""
         return sorted({m for u in self._upstreams if u.healthy for m in u.models})
 
+    def known_models(self) -> list[str]:
+        """Every model any worker has ever listed, healthy now or not, sorted."""
+        return sorted(self._known_models)
+
+    @property
+    def ever_listed(self) -> bool:
+        """Whether any worker has listed its models yet (False while all are starting)."""
+        return self._ever_listed
+
     def pick(self, model: str, affinity: str | None) -> Upstream:
         """The worker for one request for ``model``; raises :class:`NoUpstream`."""
         candidates = [u for u in self._upstreams if u.healthy and model in u.models]
@@ -111,13 +121,13 @@ class WorkerPool:
 
     def mark_failed(self, upstream: Upstream, error: str) -> None:
         """Take ``upstream`` out until a health check passes again (a passive check)."""
-        self._set_unhealthy(upstream, error)
+        self._set_unhealthy(upstream, error, "unreachable")
 
     async def check(self, upstream: Upstream) -> None:
         try:
             listing = await probe(self._client, upstream.url, self._token)
         except CheckFailed as exc:
-            self._set_unhealthy(upstream, str(exc))
+            self._set_unhealthy(upstream, str(exc), exc.state)
             return
         models = listing.models
         upstream.models = models
@@ -128,6 +138,7 @@ class WorkerPool:
             log.info("worker healthy", worker=upstream.url, models=list(models))
         upstream.healthy = True
         upstream.last_error = ""
+        upstream.state = "ready"
 
     async def check_all(self) -> None:
         await asyncio.gather(*(self.check(u) for u in self._upstreams))
@@ -156,9 +167,10 @@ class WorkerPool:
             except Exception:  # a bug here must not stop health checking for good
                 log.exception("worker health check crashed")
 
-    def _set_unhealthy(self, upstream: Upstream, error: str) -> None:
+    def _set_unhealthy(self, upstream: Upstream, error: str, state: UpstreamState) -> None:
         # Logged once per transition: a worker down for an hour is one line, not 1,800.
         if upstream.healthy or not upstream.last_error:
             log.warning("worker unhealthy", worker=upstream.url, error=error)
         upstream.healthy = False
         upstream.last_error = error
+        upstream.state = state
