@@ -16,10 +16,12 @@ from gateway.domain.departments.controllers import DepartmentController, GroupMa
 from gateway.domain.identity.controllers import IdentityController, OidcController
 from gateway.domain.identity.middleware import principal_middleware
 from gateway.domain.keys.controllers import KeyController
+from gateway.domain.limits.controllers import UsageController
 from gateway.domain.proxy.entry import put_api_first
 from gateway.domain.proxy.handlers import chat_completions, completions, models
 from gateway.domain.proxy.traffic import Traffic
 from gateway.domain.users.controllers import UserController
+from gateway.domain.workers.controllers import StatusController
 from gateway.domain.workers.supervisor import WorkerSupervisor
 from gateway.errors import EXCEPTION_HANDLERS
 from gateway.json_request import GatewayRequest
@@ -86,6 +88,8 @@ def create_app(
             KeyController,
             AuditController,
             ConversationController,
+            UsageController,
+            StatusController,
             *(extra_route_handlers or []),
         ],
         middleware=[request_id_middleware, principal_middleware],

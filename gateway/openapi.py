@@ -97,6 +97,8 @@ _METHODS = {"get", "post", "put", "patch", "delete"}
 _SESSION: dict[str, list[str]] = {"session": []}
 _SESSION_WRITE: dict[str, list[str]] = {"session": [], "csrf": []}
 _KEY: dict[str, list[str]] = {"apiKey": []}
+# The Litestar routes a key may call too (the rest take a session only).
+_KEY_OR_SESSION = frozenset({"/api/me", "/api/me/usage", "/api/status"})
 
 
 def complete(litestar_document: dict[str, Any], public_paths: frozenset[str]) -> dict[str, Any]:
@@ -147,8 +149,8 @@ def _describe(path: str, method: str, operation: dict[str, Any], public: bool) -
     else:
         write = method != "get"
         session = _SESSION_WRITE if write else _SESSION
-        # /api/me takes a key too; the admin API and sign-out, a session.
-        operation["security"] = [_KEY, _SESSION] if path == "/api/me" else [session]
+        # /api/me and the UI's reads take a key too; the admin API and sign-out, a session.
+        operation["security"] = [_KEY, _SESSION] if path in _KEY_OR_SESSION else [session]
         errors = {"401": "No session or key, or one that is not valid (any more)"}
         if write or path.startswith("/api/admin/"):
             errors["403"] = "Not an admin, or a write without the session's CSRF token"
@@ -158,6 +160,8 @@ def _describe(path: str, method: str, operation: dict[str, Any], public: bool) -
             errors["404"] = "No such record of the caller's"
         if path.startswith("/api/admin/") and write:
             errors["409"] = "A name or slug already taken"
+        if path == "/api/me/usage":
+            errors["503"] = "The limits store (Redis) cannot be reached"
     for status, description in errors.items():
         responses.setdefault(status, _error(description, "GatewayError"))
 

@@ -52,6 +52,15 @@ def test_the_document_describes_every_route_and_its_guard(tmp_path: Path) -> Non
                 assert [set(s) for s in operation["security"]] == [want], where
             if path.startswith("/v1/"):
                 assert {"apiKey"} in [set(s) for s in operation["security"]], where
+    # The web UI's reads: a session or a key, and a named response type for its client.
+    for path, struct in (("/api/me/usage", "UsageRead"), ("/api/status", "StatusRead")):
+        operation = document["paths"][path]["get"]
+        assert [set(s) for s in operation["security"]] == [{"apiKey"}, {"session"}], path
+        schema = operation["responses"]["200"]["content"]["application/json"]["schema"]
+        assert schema == {"$ref": f"#/components/schemas/{struct}"}, path
+    assert "503" in document["paths"]["/api/me/usage"]["get"]["responses"]
+    states = document["components"]["schemas"]["ModelStatus"]["properties"]["state"]["enum"]
+    assert states == ["ready", "loading", "unavailable"]
     chat = document["paths"]["/v1/chat/completions"]["post"]["requestBody"]
     assert chat["content"]["application/json"]["schema"]["$ref"].endswith("/ChatCompletionRequest")
     n = document["components"]["schemas"]["ChatCompletionRequest"]["properties"]["n"]

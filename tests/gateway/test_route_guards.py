@@ -45,6 +45,8 @@ GUARDS: dict[str, dict[str, str]] = {
     "/auth/callback": {"GET": PUBLIC},
     "/auth/logout": {"POST": USER},
     "/api/me": {"GET": USER_OR_KEY},
+    "/api/me/usage": {"GET": USER_OR_KEY},
+    "/api/status": {"GET": USER_OR_KEY},
     "/v1/chat/completions": {"POST": USER_OR_KEY},
     "/v1/completions": {"POST": USER_OR_KEY},
     "/v1/models": {"GET": USER_OR_KEY},

@@ -16,7 +16,6 @@ def describe(principal: Principal) -> MeRead:
         api_key_name=principal.api_key.name if principal.api_key else None,
         department=department.slug if department else None,
         monthly_token_quota=quota,
-        remaining_monthly_tokens=quota,
         csrf_token=principal.session.csrf_token if principal.session else None,
     )
 

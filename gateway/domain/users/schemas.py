@@ -29,13 +29,14 @@ class UserRead(msgspec.Struct, frozen=True):
 
 
 class MeRead(msgspec.Struct):
-    """Who the caller is: a user (session) or an API key, with the department's quota."""
+    """Who the caller is: a user (session) or an API key, with the department's quota.
+
+    What is left of the quota is `/api/me/usage`'s: it reads the limits store (Redis),
+    which this must not need, since a UI learns its CSRF token here."""
 
     kind: Literal["user", "api_key"]
     user: UserRead | None
     api_key_name: str | None
     department: str | None
     monthly_token_quota: int | None
-    # The traffic issue counts usage; until then the remaining quota is the whole quota.
-    remaining_monthly_tokens: int | None
     csrf_token: str | None
