@@ -24,6 +24,10 @@ from gateway.domain.proxy.sse import Usage
 
 log = structlog.get_logger("gateway.proxy")
 
+# The audit details of a request the web UI made: one signed in with a session, not a key
+# (the UI never holds a key). An API request has no details.
+VIA_UI = '{"via":"ui"}'
+
 
 @dataclass(frozen=True, slots=True)
 class Accounting:
@@ -111,6 +115,7 @@ def _entry(exchange: Exchange, ending: Ending, usage: Usage | None, elapsed: flo
         response_body=cap_body(response_body, exchange.body_cap)
         if keep and response_body
         else None,
+        details=VIA_UI if principal.session is not None and principal.api_key is None else None,
     )
 
 
