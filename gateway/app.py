@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from litestar import Litestar, Request, get
@@ -30,6 +31,7 @@ from gateway.request_context import request_id_middleware
 from gateway.settings import Settings
 from gateway.state import GatewayState
 from gateway.traffic_setup import build_traffic
+from gateway.web_app import WebApp, default_root
 
 
 @get("/health", sync_to_thread=False)
@@ -40,7 +42,8 @@ def health() -> dict[str, str]:
 
 # Routes anyone may call; every other route needs a session or a key (tests check this).
 PUBLIC_PATHS = frozenset(
-    {"/health", "/metrics", "/auth/local/login", "/auth/login", "/auth/callback"} | DOCUMENT_ROUTES
+    {"/health", "/metrics", "/auth/local/login", "/auth/login", "/auth/callback", "/auth/methods"}
+    | DOCUMENT_ROUTES
 )
 
 
@@ -63,6 +66,7 @@ def create_app(
 ) -> Litestar:
     """The gateway; ``supervisor`` is the embedded default's own worker, started with it."""
     gateway = GatewayState.build(settings)
+    web = WebApp.load(Path(settings.ui_dir) if settings.ui_dir else default_root())
     traffic = build_traffic(settings, gateway, supervisor, tracer_provider)
 
     async def start_state() -> None:
@@ -90,6 +94,7 @@ def create_app(
             ConversationController,
             UsageController,
             StatusController,
+            *(web.routes() if web else []),
             *(extra_route_handlers or []),
         ],
         middleware=[request_id_middleware, principal_middleware],
@@ -107,5 +112,6 @@ def create_app(
     )
     app.state.gateway = gateway
     app.state.traffic = traffic
+    app.state.web = web
     put_api_first(app)
     return app

@@ -28,6 +28,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands.add_parser("serve", help="start the gateway (configured by ENCLAVE_* variables)")
     cli_admin.add_commands(commands)
     cli_audit.add_commands(commands)
+    commands.add_parser("openapi", help="print the gateway's OpenAPI document (JSON)")
     bench = commands.add_parser("bench", help="measure the gateway; prints JSON")
     benches = bench.add_subparsers(dest="bench", required=True, metavar="BENCHMARK")
     gateway_bench.add_arguments(
@@ -36,6 +37,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "bench":
         return gateway_bench.run(args)
+    if args.command == "openapi":
+        from gateway.openapi import document_json
+
+        sys.stdout.buffer.write(document_json())
+        return 0
 
     try:
         settings = Settings.from_env()

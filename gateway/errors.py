@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import structlog
 from litestar import Request, Response
-from litestar.exceptions import HTTPException
+from litestar.exceptions import HTTPException, NotFoundException
 from sqlalchemy.exc import IntegrityError
+
+from gateway.web_app import app_page
 
 log = structlog.get_logger("gateway.errors")
 
@@ -28,6 +32,11 @@ def http_error(_: Request, exc: HTTPException) -> Response[dict[str, object]]:
     reasons = [f"{e['key']}: {e['message']}" if e.get("key") else e["message"] for e in problems]
     detail = f"{exc.detail}: {'; '.join(reasons)}" if reasons else exc.detail
     return _json(exc.status_code, detail, dict(exc.headers or {}))
+
+
+def route_not_found(request: Request, exc: NotFoundException) -> Response[Any]:
+    """A path no route matched: the web app's page when the path is the app's, else JSON."""
+    return app_page(request, exc) or http_error(request, exc)
 
 
 def not_found(_: Request, exc: NotFoundError) -> Response[dict[str, object]]:
@@ -59,6 +68,7 @@ def internal_error(request: Request, exc: Exception) -> Response[dict[str, objec
 
 EXCEPTION_HANDLERS: dict[type[Exception], object] = {
     HTTPException: http_error,
+    NotFoundException: route_not_found,
     NotFoundError: not_found,
     ValueError: bad_request,
     IntegrityError: conflict,

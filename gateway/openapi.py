@@ -261,3 +261,18 @@ def _api_errors(*, write: bool) -> dict[str, Any]:
             "504": "The worker took too long",
         }
     return {status: _error(text, "OpenAIError") for status, text in errors.items()}
+
+
+def document_json() -> bytes:
+    """The document as `/schema/openapi.json` serves it, without starting a gateway: what
+    `enclave openapi` prints and the web app's typed client is generated from."""
+    import tempfile
+    from pathlib import Path
+
+    from gateway.app import PUBLIC_PATHS, create_app
+    from gateway.settings import Settings
+
+    with tempfile.TemporaryDirectory() as data_dir:
+        app = create_app(Settings(data_dir=Path(data_dir)))
+        document = complete(app.openapi_schema.to_schema(), PUBLIC_PATHS)
+    return msgspec.json.format(msgspec.json.encode(document), indent=2) + b"\n"

@@ -88,6 +88,9 @@ class Settings:
     # Worth most on storage the database's administrator cannot rewrite (docs/audit.md).
     audit_head_file: str = ""
     otlp_endpoint: str = ""
+    # The built web app (admin-ui/build); empty: the one beside the gateway package, which
+    # `make ui` builds. A directory without index.html leaves `/` answering how to build it.
+    ui_dir: str = ""
     # Gateway processes on one listening socket (uvicorn's supervisor starts them): one per
     # core the gateway may have. More than one needs what they share to be outside them.
     processes: int = 1

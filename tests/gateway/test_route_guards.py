@@ -43,6 +43,7 @@ GUARDS: dict[str, dict[str, str]] = {
     "/auth/local/login": {"POST": PUBLIC},
     "/auth/login": {"GET": PUBLIC},
     "/auth/callback": {"GET": PUBLIC},
+    "/auth/methods": {"GET": PUBLIC},
     "/auth/logout": {"POST": USER},
     "/api/me": {"GET": USER_OR_KEY},
     "/api/me/usage": {"GET": USER_OR_KEY},

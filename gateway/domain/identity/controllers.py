@@ -33,6 +33,13 @@ class SignedIn(msgspec.Struct):
     csrf_token: str
 
 
+class SignInMethods(msgspec.Struct):
+    """How people may sign in here: the web app shows the SSO button only when it works."""
+
+    sso: bool
+    local: bool = True
+
+
 class SignedOut(msgspec.Struct):
     # Where the browser goes next: the IdP's end-session page, or the gateway's root.
     redirect: str
@@ -102,6 +109,10 @@ class IdentityController(Controller):
 
 class OidcController(Controller):
     """`/auth/login` sends the browser to the IdP; `/auth/callback` brings it back signed in."""
+
+    @get("/auth/methods", sync_to_thread=False)
+    def methods(self, gateway: NamedDependency[GatewayState]) -> SignInMethods:
+        return SignInMethods(sso=gateway.oidc is not None)
 
     @get("/auth/login")
     async def login(self, gateway: NamedDependency[GatewayState]) -> Redirect:

@@ -11,6 +11,8 @@ from gateway.domain.proxy.body import ApiRequest
 from gateway.domain.proxy.openai_errors import ApiError
 from gateway.domain.workers.pool import NoUpstream, Upstream, WorkerPool
 
+LIMIT_HEADER = "x-enclave-limit"
+
 
 def authorize(principal: Principal, method: str, sent_csrf: str) -> None:
     """An API key, or a signed-in user in a department whose writes echo the CSRF token."""
@@ -84,7 +86,8 @@ async def admit(
             exc.message,
             code="rate_limit_exceeded",
             reason=f"rate_limit:{exc.reason}",
-            headers=exc.headers,
+            # Which limit refused, for the web app to say in words (OpenAI's body has no field).
+            headers={**exc.headers, LIMIT_HEADER: exc.reason},
         ) from None
     except LimiterUnavailable:
         raise ApiError(

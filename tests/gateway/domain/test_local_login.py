@@ -23,6 +23,8 @@ def test_only_json_bodies_are_accepted(tmp_path: Path) -> None:
     gateway = embedded_gateway(tmp_path)
     credentials = f'{{"email": "{ADMIN_EMAIL}", "password": "{gateway.admin_password}"}}'
     with TestClient(app=create_app(gateway.settings)) as client:
+        # No IdP configured: the web app shows only this form.
+        assert client.get("/auth/methods").json() == {"sso": False, "local": True}
         # What a cross-site <form enctype="text/plain"> sends: valid JSON, wrong type.
         plain = client.post(LOGIN, content=credentials, headers={"content-type": "text/plain"})
         form = client.post(LOGIN, data={"email": ADMIN_EMAIL, "password": gateway.admin_password})

@@ -66,6 +66,8 @@ def test_two_users_land_in_their_departments_with_their_roles(
 ) -> None:
     settings = _prepared(tmp_path, oidc_provider.issuer)
     with TestClient(app=create_app(settings), base_url=GATEWAY_BASE) as admin_client:
+        # The web app offers the SSO button only where it works.
+        assert admin_client.get("/auth/methods").json() == {"sso": True, "local": True}
         # research-team -> research comes from the mapping table; bob's "legal" by name.
         bob_back = sign_in_at_provider(_start(admin_client), "bob")
         assert _callback(admin_client, bob_back).status_code in (302, 303)

@@ -107,6 +107,7 @@ def test_a_quota_change_applies_to_the_next_request(gateway: RunningGateway) -> 
     with pytest.raises(openai.RateLimitError) as refused:
         client.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=1)
     assert int(refused.value.response.headers["retry-after"]) >= 1
+    assert refused.value.response.headers["x-enclave-limit"] == "requests_per_minute"
     assert refused.value.response.headers["x-ratelimit-limit-requests"] == "2"
     admin = httpx.Client(base_url=gateway.url)
     csrf = admin.post(
