@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help install run test lint format services clean
+.PHONY: help install run test lint format services clean ui ui-api ui-check browser
 
 help:
 	@echo "make run      install what is needed and start Enclave on http://127.0.0.1:8000"
@@ -15,6 +15,8 @@ help:
 	@echo "make install  create .venv and install the project with its test extras"
 	@echo "make lint     ruff and mypy"
 	@echo "make format   let ruff fix imports and formatting"
+	@echo "make ui       build the web app (admin-ui/) that the gateway serves at /"
+	@echo "make ui-api   regenerate the web app's API types from the gateway's OpenAPI document"
 
 $(PY):
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; Enclave needs Python 3.11" >&2; exit 1; }
@@ -40,6 +42,41 @@ $(OIDC_STAMP): scripts/oidc/package-lock.json
 	cd scripts/oidc && npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
+# The web app: npm ci when its lock file changes, a build when its sources do.
+UI := admin-ui
+UI_STAMP := $(UI)/node_modules/.installed
+UI_BUILT := $(UI)/build/index.html
+UI_SOURCES := $(shell find $(UI)/src $(UI)/static -type f 2>/dev/null) \
+	$(UI)/svelte.config.js $(UI)/vite.config.ts $(UI)/tsconfig.json
+$(UI_STAMP): $(UI)/package-lock.json
+	@command -v npm >/dev/null || { echo "error: npm not found; the web app needs Node.js 20.19+" >&2; exit 1; }
+	cd $(UI) && npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+$(UI_BUILT): $(UI_STAMP) $(UI_SOURCES)
+	cd $(UI) && npm run --silent build >/dev/null
+	@test -f $@ || { echo "error: the web app build wrote no $@" >&2; exit 1; }
+
+ui: $(UI_BUILT)
+
+# The typed client's schema.d.ts, from the document the gateway serves; a test fails when
+# the checked-in file differs from what this writes.
+ui-api: install $(UI_STAMP)
+	@mkdir -p .run
+	$(VENV)/bin/enclave openapi > .run/openapi.json
+	cd $(UI) && npm run --silent api:types
+
+# Type-check the app (svelte-check) and run its unit tests (Vitest).
+ui-check: $(UI_STAMP)
+	cd $(UI) && npm run --silent check && npm test --silent
+
+# The end-to-end tests drive Debian's Chromium (Playwright never downloads a browser here).
+browser:
+	@command -v chromium >/dev/null || { \
+		command -v apt-get >/dev/null || { echo "error: install Chromium (the e2e tests drive /usr/bin/chromium)" >&2; exit 1; }; \
+		echo "installing Debian's chromium for the end-to-end tests"; \
+		apt-get install -y -qq chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }; }
+
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -49,12 +86,12 @@ format: install
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
-test: install services lint $(OIDC_STAMP)
+test: install services lint $(OIDC_STAMP) ui ui-check browser
 	source .run/services.env && $(PY) -m pytest
 
-run: install
+run: install ui
 	@scripts/fetch-demo-model.sh >/dev/null
 	exec $(VENV)/bin/enclave serve
 
 clean:
-	rm -rf $(VENV) .run .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .run .mypy_cache .ruff_cache .pytest_cache $(UI)/node_modules $(UI)/build $(UI)/.svelte-kit
