@@ -38,14 +38,15 @@ def _free_port() -> int:
 
 
 @contextmanager
-def run_provider() -> Iterator[RunningProvider]:
+def run_provider(gateway_base: str = GATEWAY_BASE) -> Iterator[RunningProvider]:
+    """The IdP, with clients whose redirect URIs are on ``gateway_base``."""
     port = _free_port()
     clients = [
         {
             "client_id": client_id,
             "client_secret": secret,
-            "redirect_uris": [f"{GATEWAY_BASE}/auth/callback"],
-            "post_logout_redirect_uris": [f"{GATEWAY_BASE}/"],
+            "redirect_uris": [f"{gateway_base}/auth/callback"],
+            "post_logout_redirect_uris": [f"{gateway_base}/"],
         }
         for client_id, secret in (
             (CLIENT_ID, CLIENT_SECRET),

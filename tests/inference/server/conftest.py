@@ -55,9 +55,10 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def serving(app: Any) -> Iterator[str]:
-    """Run ``app`` on a free 127.0.0.1 port until the block ends; yield its base URL."""
-    port = free_port()
+def serving(app: Any, port: int | None = None) -> Iterator[str]:
+    """Run ``app`` on 127.0.0.1 (a free port unless given) until the block ends; yield its
+    base URL."""
+    port = port or free_port()
     server = uvicorn.Server(
         uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
     )

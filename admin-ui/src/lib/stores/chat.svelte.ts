@@ -5,7 +5,7 @@
  */
 import { goto } from '$app/navigation';
 import { ApiFailure } from '$lib/api/errors';
-import { refusalInWords } from '$lib/chat/quota';
+import { noticeFor, type Notice } from '$lib/chat/notices';
 import { planEdit, planRegenerate, planSend, titleFrom, type Plan, type Turn } from '$lib/chat/thread';
 import { saveDraft } from '$lib/drafts';
 import { streamAnswer } from '$lib/services/chat';
@@ -21,11 +21,6 @@ import { conversations } from '$lib/stores/conversations.svelte';
 import { status } from '$lib/stores/status.svelte';
 
 export type Phase = 'idle' | 'saving' | 'waiting' | 'streaming';
-
-export interface Notice {
-	kind: 'refusal' | 'error' | 'stopped' | 'busy';
-	text: string;
-}
 
 const LAST_MODEL = 'enclave.model';
 
@@ -125,12 +120,12 @@ class ChatStore {
 
 	async #run(plan: Plan): Promise<void> {
 		if (this.busy) return;
+		this.unsent = plan.userMessage;
 		if (!this.model) {
 			this.notice = { kind: 'error', text: 'No model is available to your department yet.' };
 			return;
 		}
 		this.notice = null;
-		this.unsent = plan.userMessage;
 		this.phase = 'saving';
 		const abort = new AbortController();
 		this.#abort = abort;
@@ -201,28 +196,6 @@ class ChatStore {
 		}
 		return conversation.id;
 	}
-}
-
-/** What a failed send tells the user. */
-export function noticeFor(error: unknown, now = new Date()): Notice {
-	if (!(error instanceof ApiFailure)) return { kind: 'error', text: String(error) };
-	if (error.status === 429) {
-		const retry = Number(error.headers.get('retry-after'));
-		const refusal = refusalInWords(
-			error.headers.get('x-enclave-limit'),
-			Number.isFinite(retry) && retry > 0 ? retry : null,
-			error.message,
-			now
-		);
-		return { kind: 'refusal', text: refusal.text };
-	}
-	if (error.status === 503) {
-		return {
-			kind: 'busy',
-			text: `The model is starting or busy; try again in a moment. (${error.message})`
-		};
-	}
-	return { kind: 'error', text: error.message };
 }
 
 export const chat = new ChatStore();
