@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from gateway.config_generation import bump_for
 from gateway.db import migrate
 from gateway.db.engine import create_engine, session_factory
-from gateway.db.models import User
+from gateway.db.models import Department, User
 from gateway.domain.audit.actions import CLI, action_entry
 from gateway.domain.audit.entry import AuditEntry
 from gateway.domain.audit.seal import ChainSeal
@@ -28,12 +28,15 @@ from gateway.domain.identity.passwords import password_hasher
 from gateway.domain.keys.schemas import KeyCreate, KeyRead
 from gateway.domain.keys.service import KeyService, expiry_from_days
 from gateway.domain.keys.service import to_read as key_read
+from gateway.domain.users.schemas import UserUpdate
 from gateway.domain.users.service import LOCAL_PREFIX, UserService
 from gateway.domain.users.service import to_read as user_read
 from gateway.secret_store import resolve_secret_key
 from gateway.settings import Settings
 
 DEFAULT_ADMIN_EMAIL = "admin@enclave.local"
+# The department an empty appliance starts with (name, slug): its first admin's.
+FIRST_DEPARTMENT = ("General", "general")
 
 
 @asynccontextmanager
@@ -72,12 +75,33 @@ async def create_admin(settings: Settings, email: str) -> str:
 
 
 async def first_start_admin(settings: Settings) -> str | None:
-    """The embedded default's first start: a break-glass admin if there is none yet."""
+    """The embedded default's first start: a break-glass admin if there is none yet. On
+    an empty appliance the admin also gets a department, "General", so that whoever ran
+    `make run` can chat at once (the API and chat refuse users without one)."""
     audit: list[AuditEntry] = []
     async with transaction(settings, audit) as db:
         if await UserService(db).has_local_admin():
             return None
-        return await _create_admin(db, DEFAULT_ADMIN_EMAIL, audit)
+        password = await _create_admin(db, DEFAULT_ADMIN_EMAIL, audit)
+        if await db.scalar(select(Department.id).limit(1)) is None:
+            await _first_department(db, audit)
+        return password
+
+
+async def _first_department(db: AsyncSession, audit: list[AuditEntry]) -> None:
+    department = await DepartmentService(db).create(
+        DepartmentCreate(name=FIRST_DEPARTMENT[0], slug=FIRST_DEPARTMENT[1])
+    )
+    audit.append(
+        action_entry(
+            CLI, "department.create", "department", department.id, None, department_read(department)
+        )
+    )
+    admin = await db.scalar(select(User).where(User.subject == LOCAL_PREFIX + DEFAULT_ADMIN_EMAIL))
+    if admin is not None:
+        before = user_read(admin)
+        after = await UserService(db).update(admin.id, UserUpdate(department_id=department.id))
+        audit.append(action_entry(CLI, "user.update", "user", admin.id, before, user_read(after)))
 
 
 async def _create_admin(db: AsyncSession, email: str, audit: list[AuditEntry]) -> str:

@@ -82,3 +82,30 @@ def test_a_default_department_that_does_not_exist_refuses_them(tmp_path: Path) -
             response = client.get("/v1/models")
         assert response.status_code == 403
         assert response.json()["error"]["code"] == "no_department"
+
+
+def test_the_embedded_first_start_gives_its_admin_a_department(tmp_path: Path) -> None:
+    """Whoever ran `make run` signs in and can chat: an empty appliance's first admin is in
+    "General". A second start, or an appliance that has departments, changes nothing."""
+    from litestar.testing import TestClient
+
+    from gateway.app import create_app
+    from tests.gateway.helpers import sign_in
+
+    settings = Settings(data_dir=tmp_path)
+    admin_tasks.migrate_database(settings)
+    password = asyncio.run(admin_tasks.first_start_admin(settings))
+    assert password is not None
+    with TestClient(app=create_app(settings)) as client:
+        sign_in(client, admin_tasks.DEFAULT_ADMIN_EMAIL, password)
+        assert client.get("/api/me").json()["department"] == "general"
+    assert asyncio.run(admin_tasks.first_start_admin(settings)) is None
+
+    other = Settings(data_dir=tmp_path / "other")
+    admin_tasks.migrate_database(other)
+    asyncio.run(admin_tasks.create_department(other, "Quality", "quality"))
+    second = asyncio.run(admin_tasks.first_start_admin(other))
+    assert second is not None
+    with TestClient(app=create_app(other)) as client:
+        sign_in(client, admin_tasks.DEFAULT_ADMIN_EMAIL, second)
+        assert client.get("/api/me").json()["department"] is None
