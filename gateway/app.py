@@ -31,7 +31,7 @@ from gateway.request_context import request_id_middleware
 from gateway.settings import Settings
 from gateway.state import GatewayState
 from gateway.traffic_setup import build_traffic
-from gateway.web_app import WebApp, default_root
+from gateway.web_app import ASSETS_ROUTE, WebApp, default_root
 
 
 @get("/health", sync_to_thread=False)
@@ -44,6 +44,7 @@ def health() -> dict[str, str]:
 PUBLIC_PATHS = frozenset(
     {"/health", "/metrics", "/auth/local/login", "/auth/login", "/auth/callback", "/auth/methods"}
     | DOCUMENT_ROUTES
+    | {ASSETS_ROUTE}  # the web app's built files (only when it is built)
 )
 
 

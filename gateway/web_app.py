@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 from litestar import Request, Response, Router
 from litestar.datastructures import CacheControlHeader
@@ -33,6 +34,8 @@ from litestar.static_files import create_static_files_router
 GATEWAY_PREFIXES = ("/api/", "/auth/", "/v1/", "/schema/", "/_app/")
 GATEWAY_PATHS = frozenset({"/api", "/auth", "/v1", "/schema", "/health", "/metrics", "/_app"})
 YEAR_S = 365 * 24 * 3600
+# The hashed build files' route (public: they are the same for everyone).
+ASSETS_ROUTE = "/_app/immutable/{file_path:path}"
 _INLINE_SCRIPT = re.compile(r"<script>(.*?)</script>", re.DOTALL)
 # A static style attribute in a compiled template: style="..." with nothing interpolated.
 _STYLE_ATTRIBUTE = re.compile(r'style="([^"<>${}]*)"')
@@ -120,7 +123,11 @@ class WebApp:
 
 
 def is_gateway_path(path: str) -> bool:
-    return path in GATEWAY_PATHS or path.startswith(GATEWAY_PREFIXES)
+    """Whether ``path``, however spelled (case, percent-encoding, repeated or dot
+    segments), names one of the gateway's own: those never get the app's page."""
+    plain = unquote(path).lower()
+    plain = re.sub(r"/(\./)+", "/", re.sub(r"/{2,}", "/", plain))
+    return plain.rstrip("/") in GATEWAY_PATHS or plain.startswith(GATEWAY_PREFIXES)
 
 
 def app_page(request: Request[Any, Any, Any], exc: NotFoundException) -> Response[Any] | None:

@@ -185,3 +185,46 @@ def _chat_records(appliance: Appliance) -> list[dict[str, object]]:
     import asyncio
 
     return asyncio.run(read_records(appliance.settings.effective_database_url))
+
+
+def test_rename_delete_system_prompt_and_copy(browser: Browser, appliance: Appliance) -> None:
+    with browsing(browser, appliance, permissions=["clipboard-read", "clipboard-write"]) as (
+        _,
+        page,
+    ):
+        sign_in_with_sso(page, "alice")
+        page.get_by_role("button", name="System prompt").click()
+        page.get_by_label("Instructions the model follows in this conversation").fill(
+            "Answer as the quality manual."
+        )
+        page.get_by_role("button", name="Save").click()
+        long_answers(page, 5)
+        with page.expect_request("**/v1/chat/completions") as asked:
+            send(page, "Which gauge for the bore?")
+        sent = asked.value.post_data_json
+        assert sent["messages"][0] == {"role": "system", "content": "Answer as the quality manual."}
+        expect(answers(page)).to_have_count(1, timeout=30_000)
+        page.reload()  # the system prompt is the conversation's, stored
+        page.get_by_role("button", name="System prompt").click()
+        expect(
+            page.get_by_label("Instructions the model follows in this conversation")
+        ).to_have_value("Answer as the quality manual.")
+
+        answers(page).get_by_role("button", name="Copy").click()
+        copied = page.evaluate("() => navigator.clipboard.readText()")
+        stored = page.request.get(f"/api/conversations/{page.url.rsplit('/', 1)[1]}").json()
+        assert copied == stored["messages"][1]["content"] != ""  # the answer's markdown source
+
+        page.get_by_role("button", name="Rename “Which gauge for the bore?”").click()
+        page.get_by_label("New title").fill("Bore gauges")
+        page.get_by_label("New title").press("Enter")
+        expect(page.get_by_role("link", name="Bore gauges")).to_be_visible()
+        page.reload()
+        expect(page.get_by_role("link", name="Bore gauges")).to_be_visible()
+
+        page.once("dialog", lambda dialog: dialog.accept())
+        page.get_by_role("button", name="Delete “Bore gauges”").click()
+        expect(page.get_by_role("link", name="Bore gauges")).to_have_count(0)
+        expect(page).to_have_url(appliance.url + "/")
+        page.reload()
+        expect(page.get_by_role("link", name="Bore gauges")).to_have_count(0)

@@ -25,6 +25,7 @@ from gateway.app import PUBLIC_PATHS, create_app
 from gateway.bench.fake_upstream import MODEL
 from gateway.domain.identity.principal import CSRF_HEADER, SESSION_COOKIE
 from gateway.domain.proxy.handlers import API_ROUTES
+from gateway.web_app import ASSETS_ROUTE
 from tests.gateway.helpers import ADMIN_EMAIL, embedded_gateway
 
 PUBLIC = "public"  # anyone
@@ -44,6 +45,8 @@ GUARDS: dict[str, dict[str, str]] = {
     "/auth/login": {"GET": PUBLIC},
     "/auth/callback": {"GET": PUBLIC},
     "/auth/methods": {"GET": PUBLIC},
+    # The web app's hashed files; every other path of the app is the 404 handler's page.
+    ASSETS_ROUTE: {"GET": PUBLIC},
     "/auth/logout": {"POST": USER},
     "/api/me": {"GET": USER_OR_KEY},
     "/api/me/usage": {"GET": USER_OR_KEY},
@@ -167,11 +170,21 @@ def call(client: TestClient, caller: Caller, method: str, path: str) -> httpx.Re
     return client.request(method, url, headers=headers, json=body)
 
 
+def built_ui(tmp_path: Path) -> str:
+    """A built web app, so that its routes are there to check whether or not `make ui` ran."""
+    build = tmp_path / "ui"
+    (build / "_app" / "immutable").mkdir(parents=True, exist_ok=True)
+    (build / "index.html").write_text("<!doctype html><title>app</title>")
+    return str(build)
+
+
 def test_every_route_has_its_guard_and_no_spelling_gets_around_it(
     tmp_path: Path, fake_worker: str
 ) -> None:
     # Users without a department are refused /v1; "ops" (made below) takes them in.
-    gateway = embedded_gateway(tmp_path, workers=fake_worker, default_department="ops")
+    gateway = embedded_gateway(
+        tmp_path, workers=fake_worker, default_department="ops", ui_dir=built_ui(tmp_path)
+    )
     member_password = asyncio.run(admin_tasks.create_admin(gateway.settings, MEMBER_EMAIL))
     app = create_app(gateway.settings)
     with TestClient(app=app, raise_server_exceptions=False) as client:
@@ -255,7 +268,7 @@ def test_a_route_missing_from_the_table_fails_the_check(tmp_path: Path) -> None:
     @post("/api/me", sync_to_thread=False)
     def new_method() -> None: ...
 
-    gateway = embedded_gateway(tmp_path)
+    gateway = embedded_gateway(tmp_path, ui_dir=built_ui(tmp_path))
     app = create_app(gateway.settings, [new_thing, new_method])
     assert unstated(declared_routes(app)) == {
         "/api/admin/new-thing": {"GET"},

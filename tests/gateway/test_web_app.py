@@ -41,7 +41,8 @@ def test_app_paths_get_the_page_and_gateway_paths_stay_json(tmp_path: Path) -> N
             assert page.headers["content-type"].startswith("text/html")
             assert page.headers["cache-control"] == "no-cache"
             assert page.headers["x-frame-options"] == "DENY"
-        for path in ("/api/nope", "/v1/nope", "/auth/nope", "/_app/x.js"):
+        spellings = ("/API/nope", "/api//nope", "/%61pi/nope", "/V1")
+        for path in ("/api/nope", "/v1/nope", "/auth/nope", "/_app/x.js", *spellings):
             missing = client.get(path)
             assert missing.status_code == 404, path
             assert missing.headers["content-type"] == "application/json", path
