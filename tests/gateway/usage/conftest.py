@@ -1,0 +1,10 @@
+"""The audit tests' migrated databases (a Postgres clone and a SQLite copy per test), for
+the rollup tests too."""
+
+from tests.gateway.audit.conftest import (  # noqa: F401  (pytest finds fixtures by name)
+    any_url,
+    audit_template,
+    postgres_url,
+    sqlite_template,
+    sqlite_url,
+)
