@@ -21,6 +21,7 @@ from gateway.domain.limits.controllers import UsageController
 from gateway.domain.proxy.entry import put_api_first
 from gateway.domain.proxy.handlers import chat_completions, completions, models
 from gateway.domain.proxy.traffic import Traffic
+from gateway.domain.usage.controllers import AdminUsageController
 from gateway.domain.users.controllers import UserController
 from gateway.domain.workers.controllers import StatusController
 from gateway.domain.workers.supervisor import WorkerSupervisor
@@ -94,6 +95,7 @@ def create_app(
             AuditController,
             ConversationController,
             UsageController,
+            AdminUsageController,
             StatusController,
             *(web.routes() if web else []),
             *(extra_route_handlers or []),

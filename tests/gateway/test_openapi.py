@@ -62,6 +62,20 @@ def test_the_document_describes_every_route_and_its_guard(tmp_path: Path) -> Non
         schema = operation["responses"]["200"]["content"]["application/json"]["schema"]
         assert schema == {"$ref": f"#/components/schemas/{struct}"}, path
     assert "503" in document["paths"]["/api/me/usage"]["get"]["responses"]
+    # The admin console's usage view: named types for its client, and the CSV as text/csv.
+    for path, struct in (
+        ("/api/admin/usage/daily", "DailyUsage"),
+        ("/api/admin/usage/top", "TopUsage"),
+        ("/api/admin/usage/refusals", "RefusalCounts"),
+    ):
+        operation = document["paths"][path]["get"]
+        schema = operation["responses"]["200"]["content"]["application/json"]["schema"]
+        assert schema == {"$ref": f"#/components/schemas/{struct}"}, path
+        assert {"since", "until", "department_id"} <= {p["name"] for p in operation["parameters"]}
+    rows = document["components"]["schemas"]["DailyRow"]["properties"]
+    assert rows["via"]["enum"] == ["ui", "api"] and rows["day"]["format"] == "date"
+    export = document["paths"]["/api/admin/usage/export.csv"]["get"]["responses"]["200"]
+    assert "text/csv" in export["content"]
     states = document["components"]["schemas"]["ModelStatus"]["properties"]["state"]["enum"]
     assert states == ["ready", "loading", "unavailable"]
     chat = document["paths"]["/v1/chat/completions"]["post"]["requestBody"]

@@ -6,6 +6,9 @@ head+1.., inserts them and moves the head before the next batch may read it. SQL
 row locks; its one writer at a time gives the same order, and a writer that read a stale
 head fails on the seq primary key and retries rather than forking the chain.
 
+The same transaction adds the batch's API requests to the usage rollups
+(``usage.rollup``): they commit, or fail, together with the records they count.
+
 Once a batch has committed its new head goes to the head log too (see ``head_log``).
 """
 
@@ -23,6 +26,7 @@ from gateway.domain.audit.chain import CHAIN_ROW_ID, record_values
 from gateway.domain.audit.entry import AuditEntry, to_utc
 from gateway.domain.audit.head_log import HeadLog
 from gateway.domain.audit.seal import ChainSeal
+from gateway.domain.usage.rollup import add_to_rollups
 
 log = structlog.get_logger("gateway.audit")
 HEAD_LOG_TIMEOUT_SECONDS = 2.0
@@ -64,8 +68,9 @@ async def append_locked(
     session: AsyncSession, chain: AuditChain, entries: Sequence[AuditEntry], key: bytes
 ) -> tuple[int, str] | None:
     """Insert ``entries`` after the head of ``chain`` (locked by the caller, in its
-    transaction) and move the head; returns the new head, or None when there was nothing.
-    The caller records the head with :func:`record_head` once the transaction committed."""
+    transaction), add them to the usage rollups and move the head; returns the new head, or
+    None when there was nothing. The caller records the head with :func:`record_head` once
+    the transaction committed."""
     seq, prev_hash = chain.head_seq, chain.head_hash
     rows = []
     for entry in entries:
@@ -79,6 +84,7 @@ async def append_locked(
     # columns differ from one row to the next (most rows here): 3x slower.
     statement = insert(RequestRecord).execution_options(render_nulls=True)
     await session.execute(statement, rows)
+    await add_to_rollups(session, entries)
     chain.head_seq, chain.head_hash = seq, prev_hash
     return seq, prev_hash
 

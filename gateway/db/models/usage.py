@@ -1,0 +1,64 @@
+from __future__ import annotations
+
+import uuid
+from datetime import date
+
+from sqlalchemy import BigInteger, Index, String
+from sqlalchemy.orm import Mapped, mapped_column
+
+from gateway.db.base import Base
+
+# The limiter's refusal reasons (gateway.domain.limits.types.REASONS), one counter each; the
+# audit record's reason is "rate_limit:" + one of them.
+REFUSAL_COLUMNS = {
+    "requests_per_minute": "refused_requests_per_minute",
+    "tokens_per_minute": "refused_tokens_per_minute",
+    "concurrent_requests": "refused_concurrent_requests",
+    "tokens_per_day": "refused_tokens_per_day",
+    "tokens_per_month": "refused_tokens_per_month",
+}
+COUNTER_COLUMNS = (
+    "requests",
+    "prompt_tokens",
+    "completion_tokens",
+    "cached_tokens",
+    "errors",
+    "refusals",
+    *REFUSAL_COLUMNS.values(),
+)
+
+
+class UsageDaily(Base):
+    """API requests summed per UTC day, department, user, key and way in (web UI or API).
+
+    Kept by the audit writer in the transaction that inserts the records it sums
+    (gateway/domain/usage/rollup.py), so the two never disagree; the console reads these
+    rows instead of scanning request_records. ``id`` is derived from the bucket (day, the
+    three ids, via), because a unique constraint over nullable columns would not make two
+    NULLs conflict, and an upsert needs them to. Who is a snapshot: no foreign keys, so a
+    row outlives its user, key or department (and the audit records retention removes).
+    """
+
+    __tablename__ = "usage_daily"
+    __table_args__ = (
+        Index("ix_usage_daily_day_department", "day", "department_id"),
+        Index("ix_usage_daily_department_day", "department_id", "day"),
+    )
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
+    day: Mapped[date]
+    department_id: Mapped[uuid.UUID | None] = mapped_column(default=None)
+    user_id: Mapped[uuid.UUID | None] = mapped_column(default=None)
+    api_key_id: Mapped[uuid.UUID | None] = mapped_column(default=None)
+    via: Mapped[str] = mapped_column(String(8))  # "ui" (a session) or "api" (a key)
+    requests: Mapped[int] = mapped_column(BigInteger, default=0)
+    prompt_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    completion_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    cached_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    errors: Mapped[int] = mapped_column(BigInteger, default=0)  # status >= 500
+    refusals: Mapped[int] = mapped_column(BigInteger, default=0)  # refused by a limit (429)
+    refused_requests_per_minute: Mapped[int] = mapped_column(BigInteger, default=0)
+    refused_tokens_per_minute: Mapped[int] = mapped_column(BigInteger, default=0)
+    refused_concurrent_requests: Mapped[int] = mapped_column(BigInteger, default=0)
+    refused_tokens_per_day: Mapped[int] = mapped_column(BigInteger, default=0)
+    refused_tokens_per_month: Mapped[int] = mapped_column(BigInteger, default=0)

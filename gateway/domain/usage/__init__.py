@@ -1,0 +1,1 @@
+"""Usage rollups: API requests summed per day, kept as the audit writer commits them."""

@@ -1,0 +1,140 @@
+"""Summing a batch of audit entries into the usage_daily rows, in the batch's transaction.
+
+The audit writer calls :func:`add_to_rollups` from ``store.append_locked``, after it has
+inserted the batch's records and before it commits: the rollups move in the same
+transaction as the records they count, so they can never count a record that was not
+written, nor miss one that was. A spool replay inserts (and so counts) only the records the
+table does not hold yet, so a replayed record is counted exactly once too.
+
+A batch is summed in memory first (a batch of 256 chat requests is usually a handful of
+buckets), then each bucket is one ``INSERT ... ON CONFLICT (id) DO UPDATE SET n = n +
+excluded.n``. Writers take the chain row's lock before they get here, so upserts from
+several gateways never interleave.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import date
+from typing import Any
+
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from gateway.db.models.usage import COUNTER_COLUMNS, REFUSAL_COLUMNS, UsageDaily
+from gateway.domain.audit.entry import AuditEntry, to_utc
+
+API_REQUEST = "api.request"
+RATE_LIMIT_PREFIX = "rate_limit:"
+# Fixed forever: the rows' ids are derived from it (and migration 0005 repeats it).
+BUCKET_NAMESPACE = uuid.UUID("5d0c6f0e-3b1a-4e53-9a53-0e6c1d7a2b10")
+
+
+@dataclass(frozen=True, slots=True)
+class Bucket:
+    day: date
+    department_id: uuid.UUID | None
+    user_id: uuid.UUID | None
+    api_key_id: uuid.UUID | None
+    via: str
+
+    @property
+    def id(self) -> uuid.UUID:
+        return bucket_id(self.day, self.department_id, self.user_id, self.api_key_id, self.via)
+
+
+def bucket_id(
+    day: date,
+    department_id: uuid.UUID | None,
+    user_id: uuid.UUID | None,
+    api_key_id: uuid.UUID | None,
+    via: str,
+) -> uuid.UUID:
+    """The row id of a bucket: the same bucket always gets the same id, in any process."""
+    parts = [day.isoformat(), *(str(v) if v else "" for v in (department_id, user_id, api_key_id))]
+    return uuid.uuid5(BUCKET_NAMESPACE, "|".join([*parts, via]))
+
+
+def via_of(entry: AuditEntry) -> str:
+    """ "ui" when the web app sent it (with a session; accounting.py marks it), else "api"."""
+    if not entry.details:
+        return "api"
+    try:
+        details = json.loads(entry.details)
+    except ValueError:
+        return "api"
+    return "ui" if isinstance(details, dict) and details.get("via") == "ui" else "api"
+
+
+def counters_of(entry: AuditEntry) -> dict[str, int]:
+    """What one API request adds to its bucket."""
+    counts = dict.fromkeys(COUNTER_COLUMNS, 0)
+    counts["requests"] = 1
+    counts["prompt_tokens"] = max(0, entry.prompt_tokens)
+    counts["completion_tokens"] = max(0, entry.completion_tokens)
+    counts["cached_tokens"] = max(0, entry.cached_tokens)
+    if entry.status_code >= 500:
+        counts["errors"] = 1
+    if entry.reason.startswith(RATE_LIMIT_PREFIX) and 400 <= entry.status_code < 500:
+        counts["refusals"] = 1
+        column = REFUSAL_COLUMNS.get(entry.reason.removeprefix(RATE_LIMIT_PREFIX))
+        if column:
+            counts[column] = 1
+    return counts
+
+
+def summed(entries: Sequence[AuditEntry]) -> dict[Bucket, dict[str, int]]:
+    """The batch's API requests, summed per bucket (admin actions and sign-ins left out)."""
+    buckets: dict[Bucket, dict[str, int]] = {}
+    for entry in entries:
+        if entry.action != API_REQUEST:
+            continue
+        entry = entry.fitted()  # the values as the record holds them
+        bucket = Bucket(
+            to_utc(entry.created_at).date(),
+            entry.department_id,
+            entry.user_id,
+            entry.api_key_id,
+            via_of(entry),
+        )
+        counts = counters_of(entry)
+        total = buckets.get(bucket)
+        if total is None:
+            buckets[bucket] = counts
+        else:
+            for name, value in counts.items():
+                total[name] += value
+    return buckets
+
+
+async def add_to_rollups(session: AsyncSession, entries: Sequence[AuditEntry]) -> int:
+    """Add ``entries`` (as inserted, in the caller's transaction) to their buckets; returns
+    how many buckets moved."""
+    buckets = summed(entries)
+    if not buckets:
+        return 0
+    rows: list[dict[str, Any]] = [
+        {
+            "id": bucket.id,
+            "day": bucket.day,
+            "department_id": bucket.department_id,
+            "user_id": bucket.user_id,
+            "api_key_id": bucket.api_key_id,
+            "via": bucket.via,
+            **counts,
+        }
+        for bucket, counts in sorted(buckets.items(), key=lambda item: str(item[0].id))
+    ]
+    dialect = session.get_bind().dialect.name
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    statement = insert(UsageDaily)
+    table = UsageDaily.__table__
+    statement = statement.on_conflict_do_update(
+        index_elements=[table.c.id],
+        set_={name: table.c[name] + statement.excluded[name] for name in COUNTER_COLUMNS},
+    )
+    await session.execute(statement, rows)
+    return len(rows)
