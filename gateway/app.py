@@ -22,6 +22,7 @@ from gateway.domain.proxy.entry import put_api_first
 from gateway.domain.proxy.handlers import chat_completions, completions, models
 from gateway.domain.proxy.traffic import Traffic
 from gateway.domain.users.controllers import UserController
+from gateway.domain.workers.admin import WorkerAdminController
 from gateway.domain.workers.controllers import StatusController
 from gateway.domain.workers.supervisor import WorkerSupervisor
 from gateway.errors import EXCEPTION_HANDLERS
@@ -94,6 +95,7 @@ def create_app(
             ConversationController,
             UsageController,
             StatusController,
+            WorkerAdminController,
             *(web.routes() if web else []),
             *(extra_route_handlers or []),
         ],
