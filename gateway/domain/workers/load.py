@@ -51,10 +51,11 @@ class LoadScraper:
             reply = await client.get(f"{url}/metrics", timeout=self.timeout)
             if reply.status_code != 200:
                 return Scrape(None, None, f"/metrics answered {reply.status_code}")
-            sample = parse(reply.text)
         except httpx.HTTPError as exc:
             return Scrape(None, None, f"/metrics did not answer: {type(exc).__name__}")
-        except ValueError as exc:
+        try:
+            sample = parse(reply.text)
+        except Exception as exc:  # whatever a worker sends, the view shows the rest
             return Scrape(None, None, f"/metrics is not Prometheus text: {exc}")
         return Scrape(sample, self._rate(url, sample.generation_tokens, time.monotonic()))
 

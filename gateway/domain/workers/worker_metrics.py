@@ -2,7 +2,8 @@
 
 The names are the worker's (inference/server/metrics.py). Each is summed over its label
 sets: a worker serves one model, but its token counters are split by tenant. A family the
-text lacks (a worker still loading has no engine gauges) reads as None, not as 0.
+text lacks (a worker still loading has no engine gauges) reads as None, not as 0; one it
+declares with no series yet (no tenant has been served) reads as 0.
 """
 
 from __future__ import annotations
@@ -44,6 +45,11 @@ def parse(text: str) -> WorkerSample:
     """The load figures in ``text``; raises ValueError on text that is not Prometheus's."""
     sums: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
+        # A labelled counter is declared before its first series: present, so 0 (a fresh
+        # worker has generated nothing yet), unlike a family the text lacks.
+        declared = SAMPLES.get(family.name) or SAMPLES.get(f"{family.name}_total")
+        if declared is not None:
+            sums.setdefault(declared, 0.0)
         for sample in family.samples:
             field = SAMPLES.get(sample.name)
             if field is not None:
