@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from litestar import Controller, Request, get, post
 from litestar.di import NamedDependency, Provide
+from litestar.exceptions import ServiceUnavailableException
 from litestar.params import FromPath, FromQuery
 from litestar.response import Stream
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -97,7 +98,12 @@ class AuditController(Controller):
     async def verify(self, request: Request, gateway: NamedDependency[GatewayState]) -> VerifyRead:
         """Walk the chain as `enclave audit verify` does (console_verify.py says how it
         stays off the writer's way); the check itself is an audit record, verdict included."""
-        result = await gateway.verification.run()
+        try:
+            result = await gateway.verification.run()
+        except OSError as exc:  # the head log, outside the database, could not be read
+            raise ServiceUnavailableException(
+                f"the audit head log could not be read: {exc}"
+            ) from exc
         verdict: dict[str, object] = {
             "ok": result.ok,
             "checked": result.checked,
