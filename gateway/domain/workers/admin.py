@@ -153,6 +153,12 @@ class WorkerAdminController(Controller):
         upstream = _supervised_upstream(traffic, index)
         if traffic.restarting is not None and not traffic.restarting.done():
             raise ClientException(status_code=409, detail="this worker is already restarting")
+        if traffic.supervisor is None or not traffic.supervisor.running:
+            raise ClientException(
+                status_code=409,
+                detail="the embedded worker is not running (its start failed or the gateway "
+                "is stopping): the gateway's log says why",
+            )
         traffic.restarting = asyncio.create_task(_restart(traffic, upstream), name="restart")
         entry = action_entry(
             actor_of(request), "worker.restart", "worker", upstream.url, status_code=202

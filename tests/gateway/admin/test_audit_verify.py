@@ -6,7 +6,10 @@ import asyncio
 import json
 from typing import Any
 
+import pytest
+
 from gateway.domain.audit.console_verify import VerifyRead
+from gateway.domain.audit.head_log import HeadLog
 from tests.gateway.admin.conftest import Console
 from tests.gateway.audit.support import sql
 from tests.gateway.traffic.conftest import read_records
@@ -71,6 +74,17 @@ def test_a_tail_cut_off_disagrees_with_the_head_log(console: Console) -> None:
     cut = reply.json()
     assert cut["ok"] is False and cut["head_log_matches"] is False, cut
     assert cut["recorded_head"]["seq"] == last and "removed" in cut["reason"]
+
+
+def test_an_unreadable_head_log_is_a_503(
+    sqlite_console: Console, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def unreadable(self: HeadLog) -> None:
+        raise PermissionError(13, "Permission denied", str(self.path))
+
+    monkeypatch.setattr(HeadLog, "highest", unreadable)
+    reply = sqlite_console.client.post("/api/admin/audit/verify", headers=sqlite_console.writes)
+    assert reply.status_code == 503 and "head log" in reply.json()["detail"], reply.text
 
 
 def test_members_and_api_keys_are_refused(sqlite_console: Console) -> None:

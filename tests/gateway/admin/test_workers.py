@@ -189,3 +189,17 @@ def test_drain_then_restart_the_supervised_worker(supervised: Console) -> None:
         "after": {"draining": True},
     }
     assert records[0]["user_email"] == ADMIN_EMAIL
+
+
+def test_restart_refuses_an_embedded_worker_that_never_started(tmp_path: Path) -> None:
+    gateway = embedded_gateway(tmp_path)
+    missing = WorkerSupervisor(
+        tmp_path / "no-such-model", free_port(), embedded_worker_token(gateway.settings),
+        log_dir=tmp_path,
+    )  # fmt: skip
+    with TestClient(app=create_app(gateway.settings, supervisor=missing)) as client:
+        csrf = sign_in(client, ADMIN_EMAIL, gateway.admin_password)
+        [only] = client.get("/api/admin/workers").json()["workers"]
+        assert only["supervised"] and not only["healthy"] and only["load"] is None
+        reply = client.post("/api/admin/workers/0/restart", headers={"x-csrf-token": csrf})
+        assert reply.status_code == 409 and "not running" in reply.json()["detail"], reply.text
