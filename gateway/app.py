@@ -23,6 +23,7 @@ from gateway.domain.proxy.handlers import chat_completions, completions, models
 from gateway.domain.proxy.traffic import Traffic
 from gateway.domain.usage.controllers import AdminUsageController
 from gateway.domain.users.controllers import UserController
+from gateway.domain.workers.admin import WorkerAdminController
 from gateway.domain.workers.controllers import StatusController
 from gateway.domain.workers.supervisor import WorkerSupervisor
 from gateway.errors import EXCEPTION_HANDLERS
@@ -97,6 +98,7 @@ def create_app(
             UsageController,
             AdminUsageController,
             StatusController,
+            WorkerAdminController,
             *(web.routes() if web else []),
             *(extra_route_handlers or []),
         ],

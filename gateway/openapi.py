@@ -137,6 +137,16 @@ _SIGN_IN = {
 }
 
 
+VERIFY_PATH = "/api/admin/audit/verify"
+# Admin writes whose 409 is not a name taken.
+_CONFLICTS = {
+    "/api/admin/workers/{index}/drain": "A worker the gateway does not run (configured by URL)",
+    "/api/admin/workers/{index}/restart": (
+        "A worker the gateway does not run (configured by URL), or one already restarting"
+    ),
+}
+
+
 def _describe(path: str, method: str, operation: dict[str, Any], public: bool) -> None:
     """Who may call a Litestar route, and what it answers that Litestar does not list."""
     responses = operation.setdefault("responses", {})
@@ -159,9 +169,12 @@ def _describe(path: str, method: str, operation: dict[str, Any], public: bool) -
         elif "{" in path:  # the caller's own records only: another's is not found either
             errors["404"] = "No such record of the caller's"
         if path.startswith("/api/admin/") and write:
-            errors["409"] = "A name or slug already taken"
+            errors["409"] = _CONFLICTS.get(path, "A name or slug already taken")
         if path == "/api/me/usage":
             errors["503"] = "The limits store (Redis) cannot be reached"
+        if path == VERIFY_PATH:  # it names no record and takes no body
+            errors = {k: v for k, v in errors.items() if k not in ("404", "409")}
+            errors["503"] = "The audit head log could not be read"
     for status, description in errors.items():
         responses.setdefault(status, _error(description, "GatewayError"))
 

@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from gateway.config_generation import ConfigGeneration
 from gateway.db.engine import create_engine, session_factory
+from gateway.domain.audit.console_verify import ChainVerification
 from gateway.domain.audit.retention import retention_loop
 from gateway.domain.audit.seal import ChainSeal
 from gateway.domain.audit.writer import AuditWriter
@@ -50,10 +51,13 @@ class GatewayState:
     oidc: OidcClient | None = None
     key_snapshots: KeySnapshots = field(default_factory=KeySnapshots)
     generation: ConfigGeneration = field(init=False)
+    # The console's chain check (POST /api/admin/audit/verify): one walk at a time.
+    verification: ChainVerification = field(init=False)
     retention: asyncio.Task[None] | None = None  # the audit retention job, when configured
 
     def __post_init__(self) -> None:
         self.generation = ConfigGeneration(self.redis, self.settings.data_dir)
+        self.verification = ChainVerification(self.db, self.audit.seal)
 
     @classmethod
     def build(cls, settings: Settings) -> GatewayState:
@@ -94,6 +98,7 @@ class GatewayState:
     async def close(self) -> None:
         if self.retention is not None:
             self.retention.cancel()
+        await self.verification.close()
         await self.audit.close()  # before the engine goes: it writes what is queued
         await self.engine.dispose()
         if self.redis is not None:

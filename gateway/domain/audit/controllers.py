@@ -3,14 +3,18 @@
 
 from __future__ import annotations
 
-from litestar import Controller, get
+from litestar import Controller, Request, get, post
 from litestar.di import NamedDependency, Provide
+from litestar.exceptions import ServiceUnavailableException
 from litestar.params import FromPath, FromQuery
 from litestar.response import Stream
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.db.models import RequestRecord
 from gateway.domain.audit import query
+from gateway.domain.audit.actions import action_entry
+from gateway.domain.audit.console_verify import VerifyRead
+from gateway.domain.audit.events import actor_of
 from gateway.domain.audit.export import csv_rows
 from gateway.domain.audit.schemas import RecordDetail, RecordRead, to_detail, to_read
 from gateway.domain.identity.guards import require_admin
@@ -89,3 +93,24 @@ class AuditController(Controller):
         if record is None:
             raise NotFoundError("no such audit record")
         return to_detail(record)
+
+    @post("/verify", status_code=200)
+    async def verify(self, request: Request, gateway: NamedDependency[GatewayState]) -> VerifyRead:
+        """Walk the chain as `enclave audit verify` does (console_verify.py says how it
+        stays off the writer's way); the check itself is an audit record, verdict included."""
+        try:
+            result = await gateway.verification.run()
+        except OSError as exc:  # the head log, outside the database, could not be read
+            raise ServiceUnavailableException(
+                f"the audit head log could not be read: {exc}"
+            ) from exc
+        verdict: dict[str, object] = {
+            "ok": result.ok,
+            "checked": result.checked,
+            "head_seq": result.head_seq,
+        }
+        if not result.ok:
+            verdict.update(bad_seq=result.bad_seq, reason=result.reason)
+        entry = action_entry(actor_of(request), "audit.verify", "audit_chain", None, extra=verdict)
+        gateway.audit.submit(entry)
+        return result

@@ -32,8 +32,10 @@ class DepartmentController(Controller):
         db: NamedDependency[AsyncSession],
         after: FromQuery[str | None] = None,
         limit: FromQuery[int] = 50,
+        q: FromQuery[str | None] = None,
     ) -> Page[DepartmentRead]:
-        return await DepartmentService(db).list_page(after, limit)
+        """Departments by id; ``q`` matches a substring of the name or slug, in any case."""
+        return await DepartmentService(db).list_page(after, limit, q)
 
     @post("/")
     async def create_department(

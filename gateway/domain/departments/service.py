@@ -21,6 +21,7 @@ from gateway.domain.departments.schemas import (
 )
 from gateway.domain.limits.validation import check_limit_values
 from gateway.domain.pagination import Page, make_page, page_query
+from gateway.domain.search_filter import matching
 from gateway.errors import NotFoundError
 
 
@@ -84,10 +85,14 @@ class DepartmentService:
         await self.db.flush()
         return row
 
-    async def list_page(self, after: str | None, limit: int) -> Page[DepartmentRead]:
-        rows = (
-            await self.db.scalars(page_query(select(Department), Department.id, after, limit))
-        ).all()
+    async def list_page(
+        self, after: str | None, limit: int, q: str | None = None
+    ) -> Page[DepartmentRead]:
+        statement = select(Department)
+        condition = matching(q, Department.name, Department.slug)
+        if condition is not None:
+            statement = statement.where(condition)
+        rows = (await self.db.scalars(page_query(statement, Department.id, after, limit))).all()
         return make_page(list(rows), limit, to_read)
 
     async def map_group(self, data: GroupMappingCreate) -> GroupMapping:

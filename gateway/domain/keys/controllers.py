@@ -34,8 +34,11 @@ class KeyController(Controller):
         after: FromQuery[str | None] = None,
         limit: FromQuery[int] = 50,
         department_id: FromQuery[uuid.UUID | None] = None,
+        q: FromQuery[str | None] = None,
     ) -> Page[KeyRead]:
-        return await KeyService(db, gateway.secret_key).list_page(after, limit, department_id)
+        """Keys by id; ``q`` matches a substring of the name or display prefix, any case."""
+        service = KeyService(db, gateway.secret_key)
+        return await service.list_page(after, limit, department_id, q)
 
     @post("/")
     async def create_key(

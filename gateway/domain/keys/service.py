@@ -15,6 +15,7 @@ from gateway.domain.keys import tokens
 from gateway.domain.keys.schemas import KeyCreate, KeyRead, KeyUpdate
 from gateway.domain.limits.validation import LIMIT_FIELDS, check_limit_values
 from gateway.domain.pagination import Page, make_page, page_query
+from gateway.domain.search_filter import matching
 from gateway.errors import NotFoundError
 
 # last_used_at is written at most this often per key, not on every request.
@@ -85,11 +86,18 @@ class KeyService:
         return row
 
     async def list_page(
-        self, after: str | None, limit: int, department_id: uuid.UUID | None = None
+        self,
+        after: str | None,
+        limit: int,
+        department_id: uuid.UUID | None = None,
+        q: str | None = None,
     ) -> Page[KeyRead]:
         statement = select(ApiKey)
         if department_id is not None:
             statement = statement.where(ApiKey.department_id == department_id)
+        condition = matching(q, ApiKey.name, ApiKey.display_prefix)
+        if condition is not None:
+            statement = statement.where(condition)
         rows = (await self.db.scalars(page_query(statement, ApiKey.id, after, limit))).all()
         return make_page(list(rows), limit, to_read)
 

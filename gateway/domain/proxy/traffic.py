@@ -17,13 +17,15 @@ awaited, so the models are known before the first request) and closed on shutdow
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+import contextlib
+from dataclasses import dataclass, field
 
 import structlog
 
 from gateway.domain.limits.types import Limiter
 from gateway.domain.proxy.http1 import Http1Pool
 from gateway.domain.proxy.metrics import GatewayMetrics
+from gateway.domain.workers.load import LoadScraper
 from gateway.domain.workers.pool import WorkerPool
 from gateway.domain.workers.supervisor import WorkerSupervisor
 from gateway.settings import Settings
@@ -44,6 +46,10 @@ class Traffic:
     body_max_bytes: int  # ENCLAVE_API_BODY_MAX_BYTES: larger request bodies are a 413
     # The embedded default's own worker, started before the pool's first check.
     supervisor: WorkerSupervisor | None = None
+    # The admin's workers view: each worker's /metrics, and the last scrapes for rates.
+    loads: LoadScraper = field(default_factory=LoadScraper)
+    # An admin's restart of the supervised worker, while it runs (workers/admin.py).
+    restarting: asyncio.Task[None] | None = None
     _starting: asyncio.Task[None] | None = None
 
     @classmethod
@@ -86,6 +92,10 @@ class Traffic:
     async def close(self) -> None:
         if self._starting is not None:
             self._starting.cancel()
+        if self.restarting is not None:
+            self.restarting.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self.restarting
         await self.pool.close()
         await self.http.close()
         await self.limiter.close()

@@ -12,8 +12,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from gateway.domain.audit.events import record_admin_action
 from gateway.domain.identity.guards import require_admin
 from gateway.domain.pagination import Page
-from gateway.domain.users.schemas import UserRead, UserUpdate
-from gateway.domain.users.service import UserService, to_read
+from gateway.domain.users.schemas import Role, UserRead, UserUpdate
+from gateway.domain.users.service import UserFilter, UserService, to_read
 
 
 class UserController(Controller):
@@ -26,8 +26,14 @@ class UserController(Controller):
         db: NamedDependency[AsyncSession],
         after: FromQuery[str | None] = None,
         limit: FromQuery[int] = 50,
+        q: FromQuery[str | None] = None,
+        department_id: FromQuery[uuid.UUID | None] = None,
+        role: FromQuery[Role | None] = None,
+        is_active: FromQuery[bool | None] = None,
     ) -> Page[UserRead]:
-        return await UserService(db).list_page(after, limit)
+        """Users by id; ``q`` matches a substring of the email or name, in any case."""
+        filters = UserFilter(q, department_id, role, is_active)
+        return await UserService(db).list_page(after, limit, filters)
 
     @patch("/{user_id:uuid}")
     async def update_user(

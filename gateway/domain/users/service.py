@@ -4,20 +4,45 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from dataclasses import dataclass
 
 import msgspec
 from argon2 import PasswordHasher
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.db.base import as_utc, utc_now
 from gateway.db.models import Department, User
+from gateway.db.models.user import ROLES
 from gateway.domain.identity.passwords import generate_password, verify_password
 from gateway.domain.pagination import Page, make_page, page_query
+from gateway.domain.search_filter import matching
 from gateway.domain.users.schemas import UserRead, UserUpdate
 from gateway.errors import NotFoundError
 
 LOCAL_PREFIX = "local|"
+
+
+@dataclass(frozen=True)
+class UserFilter:
+    """What the admin's user list may be narrowed to; every field optional."""
+
+    q: str | None = None  # a substring of the email or the name, any case
+    department_id: uuid.UUID | None = None
+    role: str | None = None
+    is_active: bool | None = None
+
+    def conditions(self) -> list[ColumnElement[bool]]:
+        found = [matching(self.q, User.email, User.name)]
+        if self.department_id is not None:
+            found.append(User.department_id == self.department_id)
+        if self.role is not None:
+            if self.role not in ROLES:
+                raise ValueError(f"role must be one of {', '.join(ROLES)}")
+            found.append(User.role == self.role)
+        if self.is_active is not None:
+            found.append(User.is_active == self.is_active)
+        return [c for c in found if c is not None]
 
 
 def to_read(row: User) -> UserRead:
@@ -35,8 +60,13 @@ class UserService:
             raise NotFoundError("no such user")
         return row
 
-    async def list_page(self, after: str | None, limit: int) -> Page[UserRead]:
-        rows = (await self.db.scalars(page_query(select(User), User.id, after, limit))).all()
+    async def list_page(
+        self, after: str | None, limit: int, filters: UserFilter | None = None
+    ) -> Page[UserRead]:
+        statement = select(User)
+        for condition in (filters or UserFilter()).conditions():
+            statement = statement.where(condition)
+        rows = (await self.db.scalars(page_query(statement, User.id, after, limit))).all()
         return make_page(list(rows), limit, to_read)
 
     async def update(self, user_id: uuid.UUID, data: UserUpdate) -> User:

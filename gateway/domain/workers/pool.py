@@ -38,6 +38,13 @@ class Upstream:
     in_flight: int = 0
     last_error: str = ""
     state: UpstreamState = "unknown"  # the last check's verdict in a word (health.py)
+    # Set by an admin (drain, restart): takes no new requests, whatever its health says;
+    # what it runs finishes. Only a restart of a supervised worker clears it.
+    draining: bool = False
+
+    @property
+    def routable(self) -> bool:
+        return self.healthy and not self.draining
 
 
 class NoUpstream(LookupError):
@@ -87,9 +94,14 @@ class WorkerPool:
     def upstreams(self) -> list[Upstream]:
         return list(self._upstreams)
 
+    @property
+    def client(self) -> httpx.AsyncClient:
+        """The client the health checks use (the admin's workers view scrapes with it)."""
+        return self._client
+
     def models(self) -> list[str]:
-        """Every model at least one healthy worker serves, sorted."""
-        return sorted({m for u in self._upstreams if u.healthy for m in u.models})
+        """Every model at least one healthy, undrained worker serves, sorted."""
+        return sorted({m for u in self._upstreams if u.routable for m in u.models})
 
     def known_models(self) -> list[str]:
         """Every model any worker has ever listed, healthy now or not, sorted."""
@@ -102,7 +114,7 @@ class WorkerPool:
 
     def pick(self, model: str, affinity: str | None) -> Upstream:
         """The worker for one request for ``model``; raises :class:`NoUpstream`."""
-        candidates = [u for u in self._upstreams if u.healthy and model in u.models]
+        candidates = [u for u in self._upstreams if u.routable and model in u.models]
         if not candidates:
             # Before any worker has ever answered, nothing can be called unknown: that
             # is an outage (503), not a typo in the model name (404).

@@ -41,7 +41,7 @@ def model_status(pool: WorkerPool, allowed: Callable[[str], bool]) -> StatusRead
             continue
         serving = [u for u in upstreams if model in u.models]
         state: ModelState = "unavailable"
-        if any(u.healthy for u in serving):
+        if any(u.routable for u in serving):
             state = "ready"
         elif any(u.state == "loading" for u in serving):
             state = "loading"

@@ -72,6 +72,10 @@ class WorkerSupervisor:
         self._closing = False
         self._ready_timeout = 180.0
         self._log_offset = 0  # where the current run's output starts in the log
+        # An admin's restart: the next exit is expected (no backoff, not counted in
+        # ``restarts``), and the event is set once the next launch is over.
+        self._restart_requested = False
+        self._relaunched: asyncio.Event | None = None
 
     @property
     def pid(self) -> int | None:
@@ -103,6 +107,8 @@ class WorkerSupervisor:
     async def close(self, drain_timeout: float = 30) -> None:
         """Stop restarting; SIGTERM the worker (it drains), SIGKILL it after the timeout."""
         self._closing = True
+        if self._relaunched is not None:
+            self._relaunched.set()  # a restart() waiting for a launch that will not come
         if self._watcher is not None:
             self._watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -118,6 +124,32 @@ class WorkerSupervisor:
             process.kill()
             await process.wait()
         log.info("worker stopped", status=process.returncode)
+
+    @property
+    def running(self) -> bool:
+        """Started and not closed: restart() may be asked."""
+        return self._watcher is not None and not self._watcher.done() and not self._closing
+
+    async def restart(self, drain_timeout: float = 30) -> None:
+        """An admin's restart: SIGTERM the worker (it drains what it runs), SIGKILL it after
+        ``drain_timeout``, and start a new one at once. Returns once that start is over,
+        ready or failed; a failed one is retried with backoff, as after a crash."""
+        if not self.running:
+            raise RuntimeError("the worker supervisor is not running")
+        relaunched = self._relaunched = asyncio.Event()
+        process = self._process
+        if process is not None and process.returncode is None:
+            self._restart_requested = True
+            log.info("worker restart asked; draining it", pid=process.pid)
+            process.terminate()
+            try:
+                await asyncio.wait_for(process.wait(), drain_timeout)
+            except TimeoutError:
+                log.warning("worker did not drain in time; killing it", timeout_s=drain_timeout)
+                process.kill()
+                await process.wait()
+        # else it died already and the watcher is about to start it again.
+        await relaunched.wait()
 
     async def _launch(self) -> None:
         private_dir(self.log_path.parent)
@@ -192,16 +224,21 @@ class WorkerSupervisor:
             status = await process.wait()
             if self._closing:
                 return
-            if loop.time() - started >= self.stable_after_s:
+            asked, self._restart_requested = self._restart_requested, False
+            if asked:
+                log.info("worker stopped for a restart", status=describe_status(status))
                 backoff = self.min_backoff_s
-            log.error(
-                "worker exited; restarting",
-                status=describe_status(status),
-                restart_in_s=backoff,
-                log_tail=self._tail(self._log_offset),
-            )
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, self.max_backoff_s)
+            else:
+                if loop.time() - started >= self.stable_after_s:
+                    backoff = self.min_backoff_s
+                log.error(
+                    "worker exited; restarting",
+                    status=describe_status(status),
+                    restart_in_s=backoff,
+                    log_tail=self._tail(self._log_offset),
+                )
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, self.max_backoff_s)
             try:
                 await self._launch()
             except WorkerStartError as exc:
@@ -210,7 +247,12 @@ class WorkerSupervisor:
             except Exception:  # a bug here must not end supervision for good
                 log.exception("worker restart crashed")
                 continue
-            self.restarts += 1
+            finally:
+                if self._relaunched is not None:
+                    self._relaunched.set()
+                    self._relaunched = None
+            if not asked:
+                self.restarts += 1
 
     def _tail(self, offset: int, lines: int = 20) -> str:
         """The last lines the child wrote since ``offset`` (this run's output only)."""

@@ -23,6 +23,7 @@ class StubWorker:
         self.max_model_len = max_model_len
         self.ready_status = 200
         self.authorizations: list[str | None] = []  # what each /v1/models call carried
+        self.metrics_text: str | None = None  # what /metrics answers (None: a 404)
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             self.port = int(sock.getsockname()[1])
@@ -47,6 +48,13 @@ class StubWorker:
                         return
                     cards = [stub.card(m) for m in stub.models]
                     self._answer(200, {"object": "list", "data": cards})
+                elif self.path == "/metrics" and stub.metrics_text is not None:
+                    payload = stub.metrics_text.encode()
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/plain; version=0.0.4")
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
                 else:
                     self._answer(404, {})
 
