@@ -205,7 +205,8 @@ def test_rename_delete_system_prompt_and_copy(browser: Browser, appliance: Appli
         assert sent["messages"][0] == {"role": "system", "content": "Answer as the quality manual."}
         expect(answers(page)).to_have_count(1, timeout=30_000)
         page.reload()  # the system prompt is the conversation's, stored
-        page.get_by_role("button", name="System prompt").click()
+        expect(answers(page)).to_have_count(1)
+        page.get_by_role("button", name="System prompt ●").click()
         expect(
             page.get_by_label("Instructions the model follows in this conversation")
         ).to_have_value("Answer as the quality manual.")

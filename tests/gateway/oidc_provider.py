@@ -23,6 +23,8 @@ OTHER_CLIENT_ID, OTHER_CLIENT_SECRET = "other-app", "other-test-secret"
 USERS = {
     "alice": {"email": "alice@example.test", "name": "Alice", "groups": ["research-team"]},
     "bob": {"email": "bob@example.test", "name": "Bob", "groups": ["legal", "enclave-admins"]},
+    # In no department until an admin maps her group (the admin console's e2e test).
+    "carol": {"email": "carol@example.test", "name": "Carol", "groups": ["quality-team"]},
 }
 
 

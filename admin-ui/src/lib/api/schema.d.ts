@@ -365,6 +365,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/admin/audit/verify": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Verify */
+        post: operations["ApiAdminAuditVerifyVerify"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/conversations/{conversation_id}/messages": {
         parameters: {
             query?: never;
@@ -470,6 +487,74 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/admin/usage/daily": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Daily */
+        get: operations["ApiAdminUsageDailyDaily"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/admin/usage/export.csv": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** ExportCsv */
+        get: operations["ApiAdminUsageExportCsvExportCsv"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/admin/usage/refusals": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Refusals */
+        get: operations["ApiAdminUsageRefusalsRefusals"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/admin/usage/top": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Top */
+        get: operations["ApiAdminUsageTopTop"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/status": {
         parameters: {
             query?: never;
@@ -481,6 +566,57 @@ export interface paths {
         get: operations["ApiStatusStatus"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/admin/workers/{index}/drain": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Drain */
+        post: operations["ApiAdminWorkersIndexDrainDrain"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/admin/workers": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** ListWorkers */
+        get: operations["ApiAdminWorkersListWorkers"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/admin/workers/{index}/restart": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Restart */
+        post: operations["ApiAdminWorkersIndexRestartRestart"];
         delete?: never;
         options?: never;
         head?: never;
@@ -844,6 +980,30 @@ export interface components {
             model?: string;
             system_prompt?: string;
         };
+        /** DailyRow */
+        DailyRow: {
+            /** Format: date */
+            day: string;
+            department_id: string | null;
+            department_slug: string;
+            department_name: string;
+            /** @enum {string} */
+            via: "ui" | "api";
+            requests: number;
+            prompt_tokens: number;
+            completion_tokens: number;
+            cached_tokens: number;
+            errors: number;
+            refusals: number;
+        };
+        /** DailyUsage */
+        DailyUsage: {
+            /** Format: date */
+            since: string;
+            /** Format: date */
+            until: string;
+            rows: components["schemas"]["DailyRow"][];
+        };
         /** DepartmentCreate */
         DepartmentCreate: {
             name: string;
@@ -1034,6 +1194,11 @@ export interface components {
             /** Format: date-time */
             resets_at: string;
         };
+        /** ReasonCount */
+        ReasonCount: {
+            reason: string;
+            count: number;
+        };
         /** RecordDetail */
         RecordDetail: {
             seq: number;
@@ -1105,6 +1270,21 @@ export interface components {
             client_request_id: string;
             hash: string;
         };
+        /** RecordedHeadRead */
+        RecordedHeadRead: {
+            seq: number;
+            hash: string;
+            at: string;
+        };
+        /** RefusalCounts */
+        RefusalCounts: {
+            /** Format: date */
+            since: string;
+            /** Format: date */
+            until: string;
+            total: number;
+            reasons: components["schemas"]["ReasonCount"][];
+        };
         /** SearchHit */
         SearchHit: {
             /** Format: uuid */
@@ -1135,6 +1315,28 @@ export interface components {
         StatusRead: {
             starting: boolean;
             models: components["schemas"]["ModelStatus"][];
+        };
+        /** TopRow */
+        TopRow: {
+            /** Format: uuid */
+            id: string;
+            label: string;
+            department_id: string | null;
+            requests: number;
+            prompt_tokens: number;
+            completion_tokens: number;
+            cached_tokens: number;
+            total_tokens: number;
+        };
+        /** TopUsage */
+        TopUsage: {
+            /** @enum {string} */
+            by: "user" | "key";
+            /** Format: date */
+            since: string;
+            /** Format: date */
+            until: string;
+            items: components["schemas"]["TopRow"][];
         };
         /** Truncate */
         Truncate: {
@@ -1168,6 +1370,57 @@ export interface components {
             department_id?: string | null;
             role?: "admin" | "member";
             is_active?: boolean;
+        };
+        /** VerifyRead */
+        VerifyRead: {
+            ok: boolean;
+            checked: number;
+            bad_seq: number | null;
+            reason: string;
+            head_seq: number;
+            head_hash: string;
+            anchor_seq: number;
+            unkeyed: number;
+            keyed_from_seq: number;
+            recorded_head: components["schemas"]["RecordedHeadRead"] | null;
+            head_log_matches: boolean | null;
+            /** Format: date-time */
+            started_at: string;
+            duration_ms: number;
+        };
+        /** WorkerLoad */
+        WorkerLoad: {
+            requests_waiting: number | null;
+            requests_running: number | null;
+            kv_cache_usage: number | null;
+            generation_tokens_per_s: number | null;
+            prefix_cache_hit_rate: number | null;
+            /** Format: date-time */
+            scraped_at: string;
+        };
+        /** WorkerRead */
+        WorkerRead: {
+            index: number;
+            url: string;
+            healthy: boolean;
+            /** @enum {string} */
+            state: "unknown" | "ready" | "loading" | "draining" | "failed" | "unreachable" | "error";
+            draining: boolean;
+            supervised: boolean;
+            restarting: boolean;
+            models: string[];
+            max_model_len: {
+                [key: string]: number;
+            };
+            in_flight: number;
+            last_error: string;
+            crash_restarts: number | null;
+            load: components["schemas"]["WorkerLoad"] | null;
+            load_error: string;
+        };
+        /** WorkersRead */
+        WorkersRead: {
+            workers: components["schemas"]["WorkerRead"][];
         };
         /** ChatCompletionRequest */
         ChatCompletionRequest: {
@@ -1512,6 +1765,7 @@ export interface operations {
             query?: {
                 after?: string | null;
                 limit?: number;
+                q?: string | null;
             };
             header?: never;
             path?: never;
@@ -1986,6 +2240,10 @@ export interface operations {
             query?: {
                 after?: string | null;
                 limit?: number;
+                q?: string | null;
+                department_id?: string | null;
+                role?: "admin" | "member" | null;
+                is_active?: boolean | null;
             };
             header?: never;
             path?: never;
@@ -2120,6 +2378,7 @@ export interface operations {
                 after?: string | null;
                 limit?: number;
                 department_id?: string | null;
+                q?: string | null;
             };
             header?: never;
             path?: never;
@@ -2665,6 +2924,53 @@ export interface operations {
             };
         };
     };
+    ApiAdminAuditVerifyVerify: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Request fulfilled, document follows */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["VerifyRead"];
+                };
+            };
+            /** @description No session or key, or one that is not valid (any more) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+            /** @description Not an admin, or a write without the session's CSRF token */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+            /** @description The audit head log could not be read */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+        };
+    };
     ApiConversationsConversationIdMessagesAppendMessages: {
         parameters: {
             query?: never;
@@ -3175,6 +3481,236 @@ export interface operations {
             };
         };
     };
+    ApiAdminUsageDailyDaily: {
+        parameters: {
+            query?: {
+                since?: string | null;
+                until?: string | null;
+                department_id?: string | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Request fulfilled, document follows */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DailyUsage"];
+                };
+            };
+            /** @description Bad request syntax or unsupported method */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        status_code: number;
+                        detail: string;
+                        extra?: null | {
+                            [key: string]: unknown;
+                        } | unknown[];
+                    };
+                };
+            };
+            /** @description No session or key, or one that is not valid (any more) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+            /** @description Not an admin, or a write without the session's CSRF token */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+        };
+    };
+    ApiAdminUsageExportCsvExportCsv: {
+        parameters: {
+            query?: {
+                since?: string | null;
+                until?: string | null;
+                department_id?: string | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Stream Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/csv": unknown;
+                };
+            };
+            /** @description Bad request syntax or unsupported method */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        status_code: number;
+                        detail: string;
+                        extra?: null | {
+                            [key: string]: unknown;
+                        } | unknown[];
+                    };
+                };
+            };
+            /** @description No session or key, or one that is not valid (any more) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+            /** @description Not an admin, or a write without the session's CSRF token */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+        };
+    };
+    ApiAdminUsageRefusalsRefusals: {
+        parameters: {
+            query?: {
+                since?: string | null;
+                until?: string | null;
+                department_id?: string | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Request fulfilled, document follows */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RefusalCounts"];
+                };
+            };
+            /** @description Bad request syntax or unsupported method */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        status_code: number;
+                        detail: string;
+                        extra?: null | {
+                            [key: string]: unknown;
+                        } | unknown[];
+                    };
+                };
+            };
+            /** @description No session or key, or one that is not valid (any more) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+            /** @description Not an admin, or a write without the session's CSRF token */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+        };
+    };
+    ApiAdminUsageTopTop: {
+        parameters: {
+            query?: {
+                since?: string | null;
+                until?: string | null;
+                department_id?: string | null;
+                by?: string | null;
+                limit?: string | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Request fulfilled, document follows */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TopUsage"];
+                };
+            };
+            /** @description Bad request syntax or unsupported method */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        status_code: number;
+                        detail: string;
+                        extra?: null | {
+                            [key: string]: unknown;
+                        } | unknown[];
+                    };
+                };
+            };
+            /** @description No session or key, or one that is not valid (any more) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+            /** @description Not an admin, or a write without the session's CSRF token */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+        };
+    };
     ApiStatusStatus: {
         parameters: {
             query?: never;
@@ -3195,6 +3731,190 @@ export interface operations {
             };
             /** @description No session or key, or one that is not valid (any more) */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+        };
+    };
+    ApiAdminWorkersIndexDrainDrain: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                index: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Request fulfilled, document follows */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WorkerRead"];
+                };
+            };
+            /** @description Bad request syntax or unsupported method */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        status_code: number;
+                        detail: string;
+                        extra?: null | {
+                            [key: string]: unknown;
+                        } | unknown[];
+                    };
+                };
+            };
+            /** @description No session or key, or one that is not valid (any more) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+            /** @description Not an admin, or a write without the session's CSRF token */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+            /** @description No such record, or no record the body names (a department) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+            /** @description A worker the gateway does not run (configured by URL) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+        };
+    };
+    ApiAdminWorkersListWorkers: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Request fulfilled, document follows */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WorkersRead"];
+                };
+            };
+            /** @description No session or key, or one that is not valid (any more) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+            /** @description Not an admin, or a write without the session's CSRF token */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+        };
+    };
+    ApiAdminWorkersIndexRestartRestart: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                index: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Request accepted, processing continues off-line */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WorkerRead"];
+                };
+            };
+            /** @description Bad request syntax or unsupported method */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        status_code: number;
+                        detail: string;
+                        extra?: null | {
+                            [key: string]: unknown;
+                        } | unknown[];
+                    };
+                };
+            };
+            /** @description No session or key, or one that is not valid (any more) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+            /** @description Not an admin, or a write without the session's CSRF token */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+            /** @description No such record, or no record the body names (a department) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+            /** @description A worker the gateway does not run (configured by URL), or one already restarting */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };
