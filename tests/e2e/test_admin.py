@@ -79,6 +79,38 @@ def test_an_admin_sets_up_a_department_and_a_key(browser: Browser, appliance: Ap
         expect(record).to_contain_text("department_slug")
         expect(record).to_contain_text("chat.completions")
 
+        record.get_by_role("button", name="Close").click()
+        admin.get_by_role("button", name="Check the hash chain").click()
+        expect(admin.locator("[data-chain]")).to_have_attribute("data-chain", "ok")
+
+        # Usage comes from the rollups written with the audit records.
+        admin.get_by_role("link", name="Usage").click()
+        admin.get_by_label("Department", exact=True).select_option(label="Quality")
+        expect(admin.locator("[data-figure=requests]")).to_have_text("1")
+        top_keys = admin.get_by_role("region", name="Top API keys")
+        expect(top_keys.get_by_role("row", name=re.compile("line-4-dashboard 1"))).to_be_visible()
+
+        # A quota below what was used today says so before it is saved.
+        admin.get_by_role("link", name="Departments").click()
+        admin.get_by_role("button", name="Edit Quality").click()
+        editor = admin.get_by_role("form", name="Edit Quality")
+        editor.get_by_label("Tokens per day").fill("1")
+        expect(editor.get_by_role("region", name="Changes to review")).to_contain_text(
+            re.compile(
+                r"Tokens per day: 200,000 → 1 \(\d+ already used today: refused until the reset\)"
+            )
+        )
+        editor.get_by_role("button", name="Cancel").click()
+
+        admin.get_by_role("link", name="Workers").click()
+        worker = admin.locator("[data-worker='0']")
+        expect(worker.locator("[data-state]")).to_contain_text("ready")
+        expect(worker).to_contain_text(MODEL)
+
+        admin.get_by_role("link", name="Users").click()
+        admin.get_by_role("searchbox", name="Search by name or email").fill("BOB@")
+        expect(admin.locator("tbody tr", has_text="@example.test")).to_have_count(1)
+
         admin.get_by_role("link", name="API keys").click()
         admin.once("dialog", lambda dialog: dialog.accept())
         admin.get_by_role("button", name="Revoke line-4-dashboard").click()

@@ -109,3 +109,58 @@ def _serious(page: Page, view: str) -> list[str]:
         for v in result["violations"]
         if v["impact"] in ("serious", "critical")
     ]
+
+
+ADMIN_VIEWS = ("departments", "users", "keys", "usage", "audit", "workers")
+
+
+def _some_traffic(page: Page, appliance: Appliance) -> None:
+    """A key of research's, used a few times, so that the console has something to show."""
+    import openai
+
+    headers = {"X-CSRF-Token": csrf_of(page)}
+    departments = page.request.get("/api/admin/departments").json()["items"]
+    research = next(d for d in departments if d["slug"] == "research")
+    page.request.patch(
+        f"/api/admin/departments/{research['id']}",
+        data={"daily_token_quota": 2_000_000, "requests_per_minute": 120},
+        headers=headers,
+    )
+    if page.request.get("/api/admin/keys").json()["items"]:
+        return
+    created = page.request.post(
+        "/api/admin/keys",
+        data={"department_id": research["id"], "name": "inspection-bot"},
+        headers=headers,
+    ).json()
+    client = openai.OpenAI(base_url=f"{appliance.url}/v1", api_key=created["key"], max_retries=0)
+    for question in ("Summarise NCR 118.", "List open CAPAs.", "Torque for M8?"):
+        client.chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": question}], max_tokens=16
+        )
+
+
+def test_screenshots_of_the_console(browser: Browser, appliance: Appliance) -> None:
+    IMAGES.mkdir(parents=True, exist_ok=True)
+    with browsing(browser, appliance, viewport={"width": 1280, "height": 760}) as (_, page):
+        sign_in_with_sso(page, "bob")
+        _some_traffic(page, appliance)
+        for view in ADMIN_VIEWS:
+            page.goto(f"/admin/{view}")
+            expect(page.locator("tbody tr").first).to_be_visible()
+            page.wait_for_load_state("networkidle")
+            page.screenshot(path=str(IMAGES / f"admin-{view}.png"))
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_the_console_passes_axe(browser: Browser, appliance: Appliance, scheme: str) -> None:
+    with browsing(browser, appliance, color_scheme=scheme, bypass_csp=True) as (_, page):
+        sign_in_with_sso(page, "bob")
+        _some_traffic(page, appliance)
+        for view in ADMIN_VIEWS:
+            page.goto(f"/admin/{view}")
+            expect(page.locator("tbody tr").first).to_be_visible()
+            assert _serious(page, f"admin {view}") == []
+        page.goto("/admin/departments")
+        page.get_by_role("button", name="Edit Research").click()
+        assert _serious(page, "department editor") == []

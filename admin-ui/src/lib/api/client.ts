@@ -45,5 +45,9 @@ const session: Middleware = {
 	}
 };
 
-export const api = createClient<paths>({ credentials: 'same-origin' });
+// Absolute, from the page's own origin: the API is always the gateway that served the app.
+export const api = createClient<paths>({
+	baseUrl: typeof location === 'undefined' ? '' : location.origin,
+	credentials: 'same-origin'
+});
 api.use(session);

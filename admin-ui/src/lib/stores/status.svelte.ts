@@ -1,9 +1,9 @@
 /**
  * What the chat shows around the conversation: the models the department may use and
- * whether they are ready, loading or busy, and the tokens left today and this month.
+ * whether they are ready, loading or busy (/api/status), and the tokens left today and
+ * this month (/api/me/usage).
  * Polled while the page is visible, and refreshed after every answer.
  */
-import { listModels } from '$lib/services/models';
 import { getStatus, getUsage, type Status, type Usage } from '$lib/services/status';
 
 const POLL_MS = 10_000;
@@ -28,15 +28,15 @@ class StatusStore {
 	}
 
 	async refresh(): Promise<void> {
-		await Promise.allSettled([this.refreshModels(), this.refreshStatus(), this.refreshUsage()]);
+		await Promise.allSettled([this.refreshStatus(), this.refreshUsage()]);
 	}
 
-	async refreshModels(): Promise<void> {
-		this.models = await listModels();
-	}
-
+	/** The models come with their state from /api/status, not from /v1/models: polling
+	 * that would write an audit record (it is the OpenAI API) every few seconds. */
 	async refreshStatus(): Promise<void> {
 		this.status = await getStatus();
+		const ids = this.status.models.map((m) => m.id);
+		if (ids.join('\n') !== this.models.join('\n')) this.models = ids;
 	}
 
 	async refreshUsage(): Promise<void> {

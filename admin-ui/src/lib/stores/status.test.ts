@@ -1,4 +1,4 @@
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { status } from './status.svelte';
 
 describe('status', () => {
@@ -19,5 +19,26 @@ describe('status', () => {
 		expect(status.inFlight('big')).toBe(3);
 		expect(status.stateOf('gone')).toBe('unavailable');
 		expect(status.inFlight('gone')).toBe(0);
+	});
+});
+
+describe('status models', () => {
+	it('lists the models /api/status names, without asking /v1/models', async () => {
+		const asked: string[] = [];
+		vi.stubGlobal('fetch', async (input: RequestInfo | URL) => {
+			const url = input instanceof Request ? input.url : String(input);
+			asked.push(new URL(url).pathname);
+			const body = { starting: false, models: [{ id: 'tiny', state: 'ready', in_flight: 0 }] };
+			return new Response(JSON.stringify(body), { headers: { 'content-type': 'application/json' } });
+		});
+		vi.resetModules(); // the API client takes fetch when it is made
+		try {
+			const fresh = (await import('./status.svelte')).status;
+			await fresh.refreshStatus();
+			expect(fresh.models).toEqual(['tiny']);
+		} finally {
+			vi.unstubAllGlobals();
+		}
+		expect(asked).toEqual(['/api/status']);
 	});
 });

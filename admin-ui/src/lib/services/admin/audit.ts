@@ -31,3 +31,10 @@ export function exportUrl(filter: AuditFilter): string {
 	const query = new URLSearchParams(defined(filter));
 	return `/api/admin/audit/export.csv${query.size ? `?${query}` : ''}`;
 }
+
+export type ChainVerdict = Schemas['VerifyRead'];
+
+/** Walk the whole chain on the gateway (it may take a while on a long log). */
+export async function verifyChain(): Promise<ChainVerdict> {
+	return unwrap(await api.POST('/api/admin/audit/verify'));
+}

@@ -7,8 +7,8 @@ export type DepartmentCreate = Schemas['DepartmentCreate'];
 export type DepartmentUpdate = Schemas['DepartmentUpdate'];
 export type GroupMapping = Schemas['GroupMappingRead'];
 
-export async function listDepartments(after: string | null, limit = 50) {
-	const query = after ? { after, limit } : { limit };
+export async function listDepartments(after: string | null, limit = 50, q = '') {
+	const query = { limit, ...(after ? { after } : {}), ...(q.trim() ? { q: q.trim() } : {}) };
 	return unwrap(await api.GET('/api/admin/departments', { params: { query } }));
 }
 

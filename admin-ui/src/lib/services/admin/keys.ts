@@ -6,9 +6,10 @@ export type Key = Schemas['KeyRead'];
 export type KeyCreated = Schemas['KeyCreated'];
 export type KeyCreate = Schemas['KeyCreate'];
 
-export async function listKeys(after: string | null, departmentId: string | null, limit = 50) {
-	const query: { after?: string; limit: number; department_id?: string } = { limit };
+export async function listKeys(after: string | null, departmentId: string | null, q = '', limit = 50) {
+	const query: { after?: string; limit: number; department_id?: string; q?: string } = { limit };
 	if (after) query.after = after;
+	if (q.trim()) query.q = q.trim();
 	if (departmentId) query.department_id = departmentId;
 	return unwrap(await api.GET('/api/admin/keys', { params: { query } }));
 }

@@ -5,8 +5,8 @@ import { unwrap } from '$lib/api/errors';
 export type User = Schemas['UserRead'];
 export type UserUpdate = Schemas['UserUpdate'];
 
-export async function listUsers(after: string | null, limit = 50) {
-	const query = after ? { after, limit } : { limit };
+export async function listUsers(after: string | null, q = '', limit = 50) {
+	const query = { limit, ...(after ? { after } : {}), ...(q.trim() ? { q: q.trim() } : {}) };
 	return unwrap(await api.GET('/api/admin/users', { params: { query } }));
 }
 
