@@ -112,6 +112,12 @@ def test_an_admin_sets_up_a_department_and_a_key(browser: Browser, appliance: Ap
         expect(admin.locator("tbody tr", has_text="@example.test")).to_have_count(1)
 
         admin.get_by_role("link", name="API keys").click()
+        admin.get_by_role("link", name="Audit records of line-4-dashboard").click()
+        expect(admin.get_by_role("button", name="One key only ✕")).to_be_visible()
+        expect(admin.locator("tbody tr")).to_have_count(1)  # the key's one request
+        expect(admin.locator("tbody tr")).to_contain_text("chat.completions")
+
+        admin.get_by_role("link", name="API keys").click()
         admin.once("dialog", lambda dialog: dialog.accept())
         admin.get_by_role("button", name="Revoke line-4-dashboard").click()
         expect(admin.get_by_role("row", name=re.compile("line-4-dashboard"))).to_contain_text(

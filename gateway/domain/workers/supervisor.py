@@ -116,13 +116,7 @@ class WorkerSupervisor:
         process = self._process
         if process is None or process.returncode is not None:
             return
-        process.terminate()
-        try:
-            await asyncio.wait_for(process.wait(), drain_timeout)
-        except TimeoutError:
-            log.warning("worker did not drain in time; killing it", timeout_s=drain_timeout)
-            process.kill()
-            await process.wait()
+        await _stop(process, drain_timeout)
         log.info("worker stopped", status=process.returncode)
 
     @property
@@ -141,13 +135,7 @@ class WorkerSupervisor:
         if process is not None and process.returncode is None:
             self._restart_requested = True
             log.info("worker restart asked; draining it", pid=process.pid)
-            process.terminate()
-            try:
-                await asyncio.wait_for(process.wait(), drain_timeout)
-            except TimeoutError:
-                log.warning("worker did not drain in time; killing it", timeout_s=drain_timeout)
-                process.kill()
-                await process.wait()
+            await _stop(process, drain_timeout)
         # else it died already and the watcher is about to start it again.
         await relaunched.wait()
 
@@ -273,3 +261,14 @@ def describe_status(status: int) -> str:
         except ValueError:
             return f"killed by signal {-status}"
     return f"status {status}"
+
+
+async def _stop(process: asyncio.subprocess.Process, drain_timeout: float) -> None:
+    """SIGTERM (the worker drains what it runs), then SIGKILL after ``drain_timeout``."""
+    process.terminate()
+    try:
+        await asyncio.wait_for(process.wait(), drain_timeout)
+    except TimeoutError:
+        log.warning("worker did not drain in time; killing it", timeout_s=drain_timeout)
+        process.kill()
+        await process.wait()
