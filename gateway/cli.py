@@ -14,7 +14,7 @@ import structlog
 from sqlalchemy.exc import IntegrityError
 
 from gateway import cli_admin, cli_audit
-from gateway.bench import gateway_bench
+from gateway.bench import console_bench, gateway_bench
 from gateway.private_files import tighten_data_dir
 from gateway.settings import Settings, SettingsError, unknown_variables
 
@@ -34,9 +34,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     gateway_bench.add_arguments(
         benches.add_parser("gateway", help="added latency over calling a worker directly")
     )
+    console_bench.add_arguments(
+        benches.add_parser("console", help="the admin console's API on a big seeded Postgres")
+    )
     args = parser.parse_args(argv)
     if args.command == "bench":
-        return gateway_bench.run(args)
+        return console_bench.run(args) if args.bench == "console" else gateway_bench.run(args)
     if args.command == "openapi":
         from gateway.openapi import document_json
 
