@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import mimetypes
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,7 +104,7 @@ class WebApp:
         return cls(root, index, headers)
 
     def routes(self) -> list[Router]:
-        """The hashed assets; and the top-level files beside index.html (the icon)."""
+        """The hashed assets' route (the files beside index.html go through app_page)."""
         assets = create_static_files_router(
             path="/_app/immutable",
             directories=[self.root / "_app" / "immutable"],
@@ -130,7 +131,7 @@ def is_gateway_path(path: str) -> bool:
     return plain.rstrip("/") in GATEWAY_PATHS or plain.startswith(GATEWAY_PREFIXES)
 
 
-def app_page(request: Request[Any, Any, Any], exc: NotFoundException) -> Response[Any] | None:
+def app_page(request: Request[Any, Any, Any], _: NotFoundException) -> Response[Any] | None:
     """What a GET of a path no route matched answers when it is the app's: index.html (or
     a file of the build's root); None leaves it a JSON 404."""
     web: WebApp | None = getattr(request.app.state, "web", None)
@@ -147,13 +148,7 @@ def app_page(request: Request[Any, Any, Any], exc: NotFoundException) -> Respons
     if file is not None:
         return Response(
             file.read_bytes(),
-            media_type=_media_type(file),
+            media_type=mimetypes.guess_type(file.name)[0] or "application/octet-stream",
             headers={"cache-control": "no-cache", "x-content-type-options": "nosniff"},
         )
     return Response(web.index, media_type=MediaType.HTML, headers=web.headers)
-
-
-def _media_type(file: Path) -> str:
-    import mimetypes
-
-    return mimetypes.guess_type(file.name)[0] or "application/octet-stream"
