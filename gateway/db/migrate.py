@@ -9,6 +9,7 @@ from alembic.config import Config
 
 from gateway.db.engine import prepare_sqlite_file
 from gateway.db.models.conversation import SEARCH_INDEXES, SEARCH_TABLE_PREFIXES
+from gateway.db.trigram import TRIGRAM_INDEXES
 
 # migrations/ sits beside the gateway package at the repository root.
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -19,7 +20,7 @@ def include_name(name: str | None, type_: str, _parents: object) -> bool:
     revision makes outside the models."""
     if type_ == "table":
         return not (name or "").startswith(SEARCH_TABLE_PREFIXES)
-    return not (type_ == "index" and name in SEARCH_INDEXES)
+    return not (type_ == "index" and name in (*SEARCH_INDEXES, *TRIGRAM_INDEXES))
 
 
 def alembic_config(database_url: str) -> Config:

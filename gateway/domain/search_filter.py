@@ -1,13 +1,14 @@
 """The admin lists' ``q``: a case-insensitive substring match over a few text columns.
 
-``lower(column) LIKE '%' || lower(:q) || '%'`` on both databases, with ``%``, ``_`` and the
-escape character in ``q`` escaped, so the text is matched as written and never read as a
-pattern. The lists stay keyset-paginated by id: the match only narrows the range query.
+``column ILIKE '%' || :q || '%'`` on Postgres and ``lower(column) LIKE lower(...)`` on
+SQLite (SQLAlchemy's icontains), with ``%``, ``_`` and the escape character in ``q``
+escaped, so the text is matched as written and never read as a pattern. The lists stay
+keyset-paginated by id: the match only narrows the range query.
 
-No index serves a leading-wildcard LIKE on Postgres; the tables these search (users,
-departments, API keys) are small enough that a scan is cheap. Where users grow to many
-thousands, a pg_trgm GIN index on ``lower(email)`` and ``lower(name)`` would serve this
-very expression (docs/identity.md).
+A leading-wildcard pattern has no btree index to use. On Postgres, migration 0006 adds
+pg_trgm GIN indexes on users (email, name) and api_keys (name, display_prefix), which serve
+ILIKE, where the extension can be had (docs/identity.md); otherwise, and on SQLite, the
+match scans, which the departments (few) always do.
 """
 
 from __future__ import annotations

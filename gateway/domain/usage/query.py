@@ -195,7 +195,10 @@ async def refusals(db: AsyncSession, filters: UsageFilter) -> RefusalCounts:
     columns = [func.coalesce(func.sum(u.refusals), 0)] + [
         func.coalesce(func.sum(getattr(u, column)), 0) for column in REFUSAL_COLUMNS.values()
     ]
-    sums: Sequence[int] = (await db.execute(filters.apply(select(*columns)))).one()
+    # Rows without a refusal add nothing; the partial index ix_usage_daily_refused_day
+    # holds only the rows with one.
+    statement = filters.apply(select(*columns)).where(u.refusals > 0)
+    sums: Sequence[int] = (await db.execute(statement)).one()
     total, counts = sums[0], sums[1:]
     reasons = [
         ReasonCount(RATE_LIMIT_PREFIX + reason, int(count))

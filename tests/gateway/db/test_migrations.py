@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from pathlib import Path
 
@@ -15,6 +16,8 @@ from gateway.db import migrate
 from gateway.db.base import Base
 from gateway.db.engine import create_engine
 from gateway.db.models import __all__ as _models  # noqa: F401
+from gateway.db.trigram import TRIGRAM_INDEXES
+from tests.gateway.postgres import fresh_postgres
 
 EXPECTED_TABLES = {t.name for t in Base.metadata.sorted_tables}
 # SQLite's full-text search: FTS5 tables (and the shadow tables FTS5 keeps for each) that
@@ -36,7 +39,14 @@ def _model_tables(connection: Connection) -> set[str]:
     return names
 
 
-def _upgrade_check_downgrade(connection: Connection, url: str) -> None:
+def _index_names(connection: Connection, *tables: str) -> set[str]:
+    inspector = sa.inspect(connection)
+    return {str(i["name"]) for table in tables for i in inspector.get_indexes(table)}
+
+
+def _upgrade_check_downgrade(connection: Connection, url: str, trigram: bool = True) -> None:
+    """Upgrade, compare with the models, downgrade; ``trigram``: whether Postgres should
+    have got the pg_trgm search indexes (SQLite never does)."""
     config = migrate.alembic_config(url)
     config.attributes["connection"] = connection
     assert _tables(connection) == set()
@@ -49,6 +59,11 @@ def _upgrade_check_downgrade(connection: Connection, url: str) -> None:
         assert columns == set(table.columns.keys()), table.name
     unique = {i["name"] for i in inspector.get_indexes("api_keys") if i["unique"]}
     assert "ix_api_keys_key_hash" in unique
+    indexes = _index_names(connection, "users", "api_keys")
+    if trigram and connection.dialect.name == "postgresql":
+        assert set(TRIGRAM_INDEXES) <= indexes
+    else:
+        assert indexes.isdisjoint(TRIGRAM_INDEXES)
     # Nothing for autogenerate to find: types, indexes and constraints match the models, and
     # the search objects made outside them are hidden from it (not proposed for dropping).
     context = MigrationContext.configure(
@@ -83,3 +98,33 @@ def test_sqlite_upgrade_to_head_and_back(tmp_path: Path) -> None:
         assert _tables(connection) == set()
         _upgrade_check_downgrade(connection, url)
     sync_engine.dispose()
+
+
+async def _upgrade_as_unprivileged_role(database_url: str) -> None:
+    """A role that may not create extensions (no CREATE on the database) owns the schema."""
+    role = f"noext_{uuid.uuid4().hex[:12]}"
+    engine = create_engine(database_url)
+    try:
+        async with engine.connect() as connection:
+            await connection.execute(sa.text(f'CREATE ROLE "{role}" NOLOGIN'))
+            await connection.commit()
+        try:
+            async with engine.connect() as connection:
+                await connection.execute(sa.text(f'CREATE SCHEMA "{role}" AUTHORIZATION "{role}"'))
+                await connection.execute(sa.text(f'SET ROLE "{role}"'))
+                await connection.execute(sa.text(f'SET search_path TO "{role}"'))
+                await connection.run_sync(_upgrade_check_downgrade, database_url, False)
+                await connection.rollback()
+        finally:
+            async with engine.connect() as connection:
+                await connection.execute(sa.text(f'DROP OWNED BY "{role}" CASCADE'))
+                await connection.execute(sa.text(f'DROP ROLE "{role}"'))
+                await connection.commit()
+    finally:
+        await engine.dispose()
+
+
+def test_postgres_upgrade_without_pg_trgm_skips_the_search_indexes(database_url: str) -> None:
+    # A fresh database: pg_trgm is not installed there, and this role may not install it.
+    with fresh_postgres(database_url) as url:
+        asyncio.run(_upgrade_as_unprivileged_role(url))
