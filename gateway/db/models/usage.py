@@ -73,3 +73,38 @@ class UsageDaily(Base):
     refused_concurrent_requests: Mapped[int] = mapped_column(BigInteger, default=0)
     refused_tokens_per_day: Mapped[int] = mapped_column(BigInteger, default=0)
     refused_tokens_per_month: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class UsageDailyDepartment(Base):
+    """usage_daily summed once more, per UTC day, department and way in (no user, no key).
+
+    The console's ``daily`` and ``refusals`` answers group by exactly these three, so they
+    read this table: a row per department and via a day (a few thousand rows for a month),
+    where usage_daily holds one per user or key (hundreds of thousands). Kept by the same
+    statement batch, in the same transaction, as usage_daily (rollup.py), so it always
+    equals usage_daily grouped by (day, department_id, via); a test checks that. ``id`` is
+    derived from (day, department, via) for the same reason as usage_daily's: a unique
+    constraint would not make two NULL departments conflict.
+    """
+
+    __tablename__ = "usage_daily_departments"
+    __table_args__ = (
+        # daily and refusals read a range of days, sometimes one department's.
+        Index("ix_usage_daily_departments_day_department", "day", "department_id"),
+    )
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
+    day: Mapped[date]
+    department_id: Mapped[uuid.UUID | None] = mapped_column(default=None)
+    via: Mapped[str] = mapped_column(String(8))
+    requests: Mapped[int] = mapped_column(BigInteger, default=0)
+    prompt_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    completion_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    cached_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    errors: Mapped[int] = mapped_column(BigInteger, default=0)
+    refusals: Mapped[int] = mapped_column(BigInteger, default=0)
+    refused_requests_per_minute: Mapped[int] = mapped_column(BigInteger, default=0)
+    refused_tokens_per_minute: Mapped[int] = mapped_column(BigInteger, default=0)
+    refused_concurrent_requests: Mapped[int] = mapped_column(BigInteger, default=0)
+    refused_tokens_per_day: Mapped[int] = mapped_column(BigInteger, default=0)
+    refused_tokens_per_month: Mapped[int] = mapped_column(BigInteger, default=0)
