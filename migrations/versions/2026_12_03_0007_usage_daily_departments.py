@@ -12,6 +12,11 @@ usage_daily with one grouped SELECT. A row's id is uuid5 of (day, department, vi
 rollup.department_bucket_id computes it (repeated here, as a revision must not follow later
 changes to the code): neither Postgres nor SQLite derives a uuid5 in SQL, so the ids are
 made here between the SELECT and the INSERT.
+
+top?by=key and top?by=user still sum usage_daily (per key or user, the fine rows are the
+answer): two partial indexes on (day, api_key_id) and (day, user_id), with the four summed
+counters included on Postgres, let those sums be index-only scans of the range (EXPLAIN
+ANALYZE on the console benchmark's data: 440 to 200 ms and 110 to 60 ms).
 """
 
 from __future__ import annotations
@@ -48,6 +53,12 @@ COUNTERS = (
     *(f'refused_{reason}' for reason in REASONS),
 )
 BATCH = 5_000
+SUMMED = ('requests', 'prompt_tokens', 'completion_tokens', 'cached_tokens')
+# (index, column): top?by=key|user's sums over a range of days, as an index-only scan.
+SUM_INDEXES = (
+    ('ix_usage_daily_day_key_sums', 'api_key_id'),
+    ('ix_usage_daily_day_user_sums', 'user_id'),
+)
 
 
 def upgrade() -> None:
@@ -66,9 +77,20 @@ def upgrade() -> None:
         ['day', 'department_id'],
     )
     _backfill()
+    for name, column in SUM_INDEXES:
+        op.create_index(
+            name,
+            'usage_daily',
+            ['day', column],
+            postgresql_include=list(SUMMED),
+            postgresql_where=sa.text(f'{column} IS NOT NULL'),
+            sqlite_where=sa.text(f'{column} IS NOT NULL'),
+        )
 
 
 def downgrade() -> None:
+    for name, _column in reversed(SUM_INDEXES):
+        op.drop_index(name, table_name='usage_daily')
     op.drop_index(
         'ix_usage_daily_departments_day_department', table_name='usage_daily_departments'
     )

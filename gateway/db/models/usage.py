@@ -26,6 +26,8 @@ COUNTER_COLUMNS = (
     "refusals",
     *REFUSAL_COLUMNS.values(),
 )
+# What top?by=key|user sums (gateway/domain/usage/query.py).
+SUMMED = ("requests", "prompt_tokens", "completion_tokens", "cached_tokens")
 
 
 class UsageDaily(Base):
@@ -53,6 +55,20 @@ class UsageDaily(Base):
             "day",
             postgresql_where=text("refusals > 0"),
             sqlite_where=text("refusals > 0"),
+        ),
+        # top?by=key and top?by=user sum a range of days per key or user: on Postgres an
+        # index-only scan of these (the sums' columns included) instead of the table's
+        # rows, about twice as fast in the console benchmark (migration 0007).
+        *(
+            Index(
+                f"ix_usage_daily_day_{name}_sums",
+                "day",
+                column,
+                postgresql_include=list(SUMMED),
+                postgresql_where=text(f"{column} IS NOT NULL"),
+                sqlite_where=text(f"{column} IS NOT NULL"),
+            )
+            for name, column in (("key", "api_key_id"), ("user", "user_id"))
         ),
     )
 
