@@ -233,6 +233,7 @@ def _report(
             "group_mappings": sizes.departments * 2,
             "audit_records": sizes.records,
             "usage_daily_rows": seeded.rollup_rows,
+            "usage_daily_departments_rows": seeded.department_rollup_rows,
             "days_of_records": sizes.days,
             "repeat": args.repeat,
             "limiter": "redis" if args.redis_url else "in-process",

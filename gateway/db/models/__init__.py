@@ -7,7 +7,7 @@ from gateway.db.models.department import Department
 from gateway.db.models.group_mapping import GroupMapping
 from gateway.db.models.request_record import AuditChain, RequestRecord
 from gateway.db.models.session import LoginSession
-from gateway.db.models.usage import UsageDaily
+from gateway.db.models.usage import UsageDaily, UsageDailyDepartment
 from gateway.db.models.user import User
 
 __all__ = [
@@ -21,5 +21,6 @@ __all__ = [
     "LoginSession",
     "RequestRecord",
     "UsageDaily",
+    "UsageDailyDepartment",
     "User",
 ]

@@ -26,6 +26,8 @@ COUNTER_COLUMNS = (
     "refusals",
     *REFUSAL_COLUMNS.values(),
 )
+# What top?by=key|user sums (gateway/domain/usage/query.py).
+SUMMED = ("requests", "prompt_tokens", "completion_tokens", "cached_tokens")
 
 
 class UsageDaily(Base):
@@ -54,6 +56,20 @@ class UsageDaily(Base):
             postgresql_where=text("refusals > 0"),
             sqlite_where=text("refusals > 0"),
         ),
+        # top?by=key and top?by=user sum a range of days per key or user: on Postgres an
+        # index-only scan of these (the sums' columns included) instead of the table's
+        # rows, about twice as fast in the console benchmark (migration 0007).
+        *(
+            Index(
+                f"ix_usage_daily_day_{name}_sums",
+                "day",
+                column,
+                postgresql_include=list(SUMMED),
+                postgresql_where=text(f"{column} IS NOT NULL"),
+                sqlite_where=text(f"{column} IS NOT NULL"),
+            )
+            for name, column in (("key", "api_key_id"), ("user", "user_id"))
+        ),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
@@ -68,6 +84,41 @@ class UsageDaily(Base):
     cached_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
     errors: Mapped[int] = mapped_column(BigInteger, default=0)  # status >= 500
     refusals: Mapped[int] = mapped_column(BigInteger, default=0)  # refused by a limit (429)
+    refused_requests_per_minute: Mapped[int] = mapped_column(BigInteger, default=0)
+    refused_tokens_per_minute: Mapped[int] = mapped_column(BigInteger, default=0)
+    refused_concurrent_requests: Mapped[int] = mapped_column(BigInteger, default=0)
+    refused_tokens_per_day: Mapped[int] = mapped_column(BigInteger, default=0)
+    refused_tokens_per_month: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class UsageDailyDepartment(Base):
+    """usage_daily summed once more, per UTC day, department and way in (no user, no key).
+
+    The console's ``daily`` and ``refusals`` answers group by exactly these three, so they
+    read this table: a row per department and via a day (a few thousand rows for a month),
+    where usage_daily holds one per user or key (hundreds of thousands). Kept by the same
+    statement batch, in the same transaction, as usage_daily (rollup.py), so it always
+    equals usage_daily grouped by (day, department_id, via); a test checks that. ``id`` is
+    derived from (day, department, via) for the same reason as usage_daily's: a unique
+    constraint would not make two NULL departments conflict.
+    """
+
+    __tablename__ = "usage_daily_departments"
+    __table_args__ = (
+        # daily and refusals read a range of days, sometimes one department's.
+        Index("ix_usage_daily_departments_day_department", "day", "department_id"),
+    )
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
+    day: Mapped[date]
+    department_id: Mapped[uuid.UUID | None] = mapped_column(default=None)
+    via: Mapped[str] = mapped_column(String(8))
+    requests: Mapped[int] = mapped_column(BigInteger, default=0)
+    prompt_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    completion_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    cached_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    errors: Mapped[int] = mapped_column(BigInteger, default=0)
+    refusals: Mapped[int] = mapped_column(BigInteger, default=0)
     refused_requests_per_minute: Mapped[int] = mapped_column(BigInteger, default=0)
     refused_tokens_per_minute: Mapped[int] = mapped_column(BigInteger, default=0)
     refused_concurrent_requests: Mapped[int] = mapped_column(BigInteger, default=0)

@@ -1,4 +1,4 @@
-"""Summing a batch of audit entries into the usage_daily rows, in the batch's transaction.
+"""Summing a batch of audit entries into the usage rollups, in the batch's transaction.
 
 The audit writer calls :func:`add_to_rollups` from ``store.append_locked``, after it has
 inserted the batch's records and before it commits: the rollups move in the same
@@ -8,8 +8,10 @@ table does not hold yet, so a replayed record is counted exactly once too.
 
 A batch is summed in memory first (a batch of 256 chat requests is usually a handful of
 buckets), then each bucket is one ``INSERT ... ON CONFLICT (id) DO UPDATE SET n = n +
-excluded.n``. Writers take the chain row's lock before they get here, so upserts from
-several gateways never interleave.
+excluded.n``. The same sums, added up once more per (day, department, via), go to
+usage_daily_departments the same way, in the same transaction: the coarse table always
+equals usage_daily grouped by those three. Writers take the chain row's lock before they
+get here, so upserts from several gateways never interleave.
 """
 
 from __future__ import annotations
@@ -24,13 +26,21 @@ from typing import Any
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gateway.db.models.usage import COUNTER_COLUMNS, REFUSAL_COLUMNS, UsageDaily
+from gateway.db.models.usage import (
+    COUNTER_COLUMNS,
+    REFUSAL_COLUMNS,
+    UsageDaily,
+    UsageDailyDepartment,
+)
 from gateway.domain.audit.entry import AuditEntry, to_utc
 
 API_REQUEST = "api.request"
 RATE_LIMIT_PREFIX = "rate_limit:"
 # Fixed forever: the rows' ids are derived from it (and migration 0005 repeats it).
 BUCKET_NAMESPACE = uuid.UUID("5d0c6f0e-3b1a-4e53-9a53-0e6c1d7a2b10")
+# usage_daily_departments' ids, likewise fixed (migration 0007 repeats it); a different
+# namespace, so that a coarse row's id is never a fine row's.
+DEPARTMENT_NAMESPACE = uuid.UUID("0b7d3c52-8f0e-4d8e-b1f4-6f2a9c4e7d31")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +66,28 @@ def bucket_id(
     """The row id of a bucket: the same bucket always gets the same id, in any process."""
     parts = [day.isoformat(), *(str(v) if v else "" for v in (department_id, user_id, api_key_id))]
     return uuid.uuid5(BUCKET_NAMESPACE, "|".join([*parts, via]))
+
+
+def department_bucket_id(day: date, department_id: uuid.UUID | None, via: str) -> uuid.UUID:
+    """The row id of a usage_daily_departments bucket, derived as bucket_id's is."""
+    parts = [day.isoformat(), str(department_id) if department_id else "", via]
+    return uuid.uuid5(DEPARTMENT_NAMESPACE, "|".join(parts))
+
+
+def by_department(
+    buckets: dict[Bucket, dict[str, int]],
+) -> dict[tuple[date, uuid.UUID | None, str], dict[str, int]]:
+    """The fine buckets' counters added up per (day, department, via)."""
+    coarse: dict[tuple[date, uuid.UUID | None, str], dict[str, int]] = {}
+    for bucket, counts in buckets.items():
+        key = (bucket.day, bucket.department_id, bucket.via)
+        total = coarse.get(key)
+        if total is None:
+            coarse[key] = dict(counts)
+        else:
+            for name, value in counts.items():
+                total[name] += value
+    return coarse
 
 
 def via_of(entry: AuditEntry) -> str:
@@ -111,8 +143,8 @@ def summed(entries: Sequence[AuditEntry]) -> dict[Bucket, dict[str, int]]:
 
 
 async def add_to_rollups(session: AsyncSession, entries: Sequence[AuditEntry]) -> int:
-    """Add ``entries`` (as inserted, in the caller's transaction) to their buckets; returns
-    how many buckets moved."""
+    """Add ``entries`` (as inserted, in the caller's transaction) to their buckets, in
+    usage_daily and usage_daily_departments; returns how many usage_daily buckets moved."""
     buckets = summed(entries)
     if not buckets:
         return 0
@@ -126,15 +158,37 @@ async def add_to_rollups(session: AsyncSession, entries: Sequence[AuditEntry]) -
             "via": bucket.via,
             **counts,
         }
-        for bucket, counts in sorted(buckets.items(), key=lambda item: str(item[0].id))
+        for bucket, counts in buckets.items()
     ]
+    coarse: list[dict[str, Any]] = [
+        {
+            "id": department_bucket_id(day, department_id, via),
+            "day": day,
+            "department_id": department_id,
+            "via": via,
+            **counts,
+        }
+        for (day, department_id, via), counts in by_department(buckets).items()
+    ]
+    await _upsert(session, UsageDaily, rows)
+    await _upsert(session, UsageDailyDepartment, coarse)
+    return len(rows)
+
+
+async def _upsert(
+    session: AsyncSession,
+    model: type[UsageDaily] | type[UsageDailyDepartment],
+    rows: list[dict[str, Any]],
+) -> None:
+    """One ``INSERT ... ON CONFLICT (id) DO UPDATE`` adding ``rows``' counters, in id order
+    (the same order in every writer)."""
+    rows.sort(key=lambda row: str(row["id"]))
     dialect = session.get_bind().dialect.name
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    statement = insert(UsageDaily)
-    table = UsageDaily.__table__
+    statement = insert(model)
+    table = model.__table__
     statement = statement.on_conflict_do_update(
         index_elements=[table.c.id],
         set_={name: table.c[name] + statement.excluded[name] for name in COUNTER_COLUMNS},
     )
     await session.execute(statement, rows)
-    return len(rows)

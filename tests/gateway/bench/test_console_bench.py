@@ -41,6 +41,7 @@ def test_a_tiny_run_answers_every_call_and_drops_its_database(tmp_path: Path) ->
     setup = report["setup"]
     assert (setup["users"], setup["api_keys"], setup["audit_records"]) == (200, 500, 2000)
     assert setup["usage_daily_rows"] > 0
+    assert 0 < setup["usage_daily_departments_rows"] <= setup["usage_daily_rows"]
     assert report["seconds"]["seed_total"] > 0
     measured = [c for c in report["calls"] if "skipped" not in c]
     names = {c["name"] for c in measured}

@@ -22,6 +22,27 @@ async def rollups(url: str) -> dict[tuple[Any, ...], dict[str, int]]:
     }
 
 
+async def department_rollups(url: str) -> dict[tuple[Any, ...], dict[str, int]]:
+    """usage_daily_departments as {(day, department, via): counters}."""
+    columns = ", ".join(COUNTER_COLUMNS)
+    rows = await sql(url, f"SELECT day, department_id, via, {columns} FROM usage_daily_departments")
+    return {
+        _coarse_key(row[:3]): dict(zip(COUNTER_COLUMNS, map(int, row[3:]), strict=True))
+        for row in rows
+    }
+
+
+def grouped(fine: dict[tuple[Any, ...], dict[str, int]]) -> dict[tuple[Any, ...], dict[str, int]]:
+    """usage_daily's buckets (as rollups() reads them) summed per (day, department, via):
+    what usage_daily_departments must hold."""
+    sums: dict[tuple[Any, ...], Counter[str]] = {}
+    for (day, department, _user, _key, via), counts in fine.items():
+        sums.setdefault((day, department, via), Counter(dict.fromkeys(COUNTER_COLUMNS, 0))).update(
+            counts
+        )
+    return {key: dict(counts) for key, counts in sums.items()}
+
+
 async def from_records(url: str) -> dict[tuple[Any, ...], dict[str, int]]:
     """The same sums, straight from request_records (API requests only)."""
     rows = await sql(
@@ -65,6 +86,11 @@ def sum_records(records: list[dict[str, Any]]) -> dict[tuple[Any, ...], dict[str
             counts["refusals"] += 1
             counts[REFUSAL_COLUMNS[r["reason"].split(":", 1)[1]]] += 1
     return {key: dict(counts) for key, counts in sums.items()}
+
+
+def _coarse_key(values: tuple[Any, ...]) -> tuple[Any, ...]:
+    day, department, via = values
+    return (str(day)[:10], str(department).replace("-", "") if department else None, via)
 
 
 def _key(values: tuple[Any, ...]) -> tuple[Any, ...]:

@@ -22,9 +22,9 @@ from gateway.domain.audit.entry import AuditEntry
 from gateway.domain.limits.types import REASONS
 from gateway.domain.usage import export
 from gateway.domain.usage.query import UsageFilter
-from gateway.domain.usage.rollup import bucket_id, summed
+from gateway.domain.usage.rollup import bucket_id, department_bucket_id, summed
 from tests.gateway.audit.support import T0, entry, running_writer, sessions, sql
-from tests.gateway.usage.support import from_records, rollups
+from tests.gateway.usage.support import department_rollups, from_records, grouped, rollups
 
 DEPARTMENTS = [uuid.UUID(int=100 + i) for i in range(2)]
 KEYS = [uuid.UUID(int=200 + i) for i in range(3)]
@@ -96,6 +96,19 @@ def test_a_buckets_id_is_its_key_and_the_migration_derives_it_alike() -> None:
         "via": "api",
     }
     assert revision._bucket_id(values) == first
+    coarse = import_module("migrations.versions.2026_12_03_0007_usage_daily_departments")
+    assert coarse._bucket_id(values) == department_bucket_id(day, DEPARTMENTS[0], "api")
+    assert department_bucket_id(day, None, "api") != department_bucket_id(day, None, "ui")
+    assert department_bucket_id(day, None, "api") != bucket_id(day, None, None, None, "api")
+
+
+async def assert_exact(url: str) -> dict[tuple[object, ...], dict[str, int]]:
+    """usage_daily equals the records summed, and usage_daily_departments equals
+    usage_daily grouped by (day, department, via); returns usage_daily's buckets."""
+    fine = await rollups(url)
+    assert fine == await from_records(url)
+    assert await department_rollups(url) == grouped(fine)
+    return fine
 
 
 async def test_rollups_add_up_to_the_records_written(any_url: str, tmp_path: Path) -> None:
@@ -103,9 +116,9 @@ async def test_rollups_add_up_to_the_records_written(any_url: str, tmp_path: Pat
         for e in traffic(120):
             writer.submit(e)
         await writer.flush()
-    expected = await from_records(any_url)
-    assert await rollups(any_url) == expected
+    expected = await assert_exact(any_url)
     assert sum(c["requests"] for c in expected.values()) == 120
+    assert len(await department_rollups(any_url)) < len(expected)  # coarser, indeed
     assert sum(c["refusals"] for c in expected.values()) > 0
 
 
@@ -142,8 +155,7 @@ async def test_a_spool_replayed_twice_is_counted_once(any_url: str, tmp_path: Pa
     shutil.copyfile(left, kept)
 
     await _until_replayed(any_url, spool)
-    once = await rollups(any_url)
-    assert once == await from_records(any_url)
+    once = await assert_exact(any_url)
     assert sum(c["requests"] for c in once.values()) == 60
 
     # A crash after the replay committed, before the file was removed: the same file again,
@@ -152,8 +164,7 @@ async def test_a_spool_replayed_twice_is_counted_once(any_url: str, tmp_path: Pa
         handle.writelines(e.to_json() + "\n" for e in traffic(10, "late"))
     shutil.copyfile(kept, left)
     await _until_replayed(any_url, spool)
-    twice = await rollups(any_url)
-    assert twice == await from_records(any_url)
+    twice = await assert_exact(any_url)
     assert sum(c["requests"] for c in twice.values()) == 70
 
 
@@ -163,6 +174,7 @@ async def test_the_migration_sums_the_records_already_there(any_url: str, tmp_pa
             writer.submit(e)
         await writer.flush()
     kept = await rollups(any_url)
+    coarse = await department_rollups(any_url)
     # Back to before usage_daily, and up again: the upgrade's backfill finds the same sums.
     await asyncio.to_thread(migrate.downgrade, any_url, "0004")
     count = "SELECT count(*) FROM request_records WHERE action = 'api.request'"
@@ -176,7 +188,28 @@ async def test_the_migration_sums_the_records_already_there(any_url: str, tmp_pa
         await writer.flush()
     again = await rollups(any_url)
     assert set(again) == set(kept)
-    assert again == await from_records(any_url)
+    assert again == await assert_exact(any_url)
+    assert set(await department_rollups(any_url)) == set(coarse)
+
+
+async def test_the_department_migration_groups_usage_daily(any_url: str, tmp_path: Path) -> None:
+    async with running_writer(any_url, tmp_path / "spool") as writer:
+        for e in traffic(80):
+            writer.submit(e)
+        await writer.flush()
+    kept = await department_rollups(any_url)
+    assert kept
+    # Back to before usage_daily_departments, and up again: the backfill groups usage_daily.
+    await asyncio.to_thread(migrate.downgrade, any_url, "0006")
+    await asyncio.to_thread(migrate.upgrade, any_url)
+    assert await department_rollups(any_url) == kept
+    async with running_writer(any_url, tmp_path / "spool") as writer:
+        for e in traffic(30, "more"):
+            writer.submit(e)
+        await writer.flush()
+    # the writer adds to the backfilled rows (the same ids), not beside them
+    assert set(await department_rollups(any_url)) == set(kept)
+    await assert_exact(any_url)
 
 
 async def test_the_export_reads_every_row_across_pages(
