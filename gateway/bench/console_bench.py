@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import math
 import os
 import platform
@@ -35,6 +34,7 @@ from gateway.bench.console_calls import Call, calls_for
 from gateway.bench.console_seed import Seeded, Sizes, seed
 from gateway.bench.fake_upstream import FakeUpstream
 from gateway.bench.gateway_bench import _free_port, _start_gateway
+from gateway.bench.report import emit
 
 ADMIN_EMAIL = "bench-admin@example.org"
 
@@ -70,15 +70,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     load_before = os.getloadavg()[0]
     report = asyncio.run(_bench(args))
-    report["machine"]["load_average_1m"] = {
-        "before": round(load_before, 2),
-        "after": round(os.getloadavg()[0], 2),
-    }
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.output:
-        args.output.write_text(text + "\n")
-    return 0
+    return emit(report, load_before, args.output)
 
 
 def _plain(url: str) -> str:

@@ -26,6 +26,7 @@ import httpx
 
 from gateway.bench.fake_upstream import MODEL, FakeUpstream
 from gateway.bench.load import LoadResult, http_request, run_load
+from gateway.bench.report import emit
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -56,16 +57,7 @@ def run(args: argparse.Namespace) -> int:
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as data_dir:
         report = asyncio.run(_bench(args, Path(data_dir)))
-    # Others' work on a shared machine shows in every number here; say how busy it was.
-    report["machine"]["load_average_1m"] = {
-        "before": round(load_before, 2),
-        "after": round(os.getloadavg()[0], 2),
-    }
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.output:
-        args.output.write_text(text + "\n")
-    return 0
+    return emit(report, load_before, args.output)
 
 
 def _serve_fake(port_queue: Any, chunks: int, interval: float) -> None:
