@@ -16,6 +16,7 @@ from sqlalchemy import Select, select
 
 from gateway.db.models import RequestRecord
 from gateway.domain.audit.entry import to_utc
+from gateway.domain.params import optional_uuid
 
 _PLUS_AS_SPACE = re.compile(r"(T[\d:.]+) (\d{2}:?\d{2})$")
 _ACTION = re.compile(r"^[a-z_]+(\.[a-z_]+)*(\.\*)?$")
@@ -52,9 +53,9 @@ class AuditFilter:
         return cls(
             since=_datetime("since", since),
             until=_datetime("until", until),
-            department_id=_uuid("department_id", department_id),
-            user_id=_uuid("user_id", user_id),
-            api_key_id=_uuid("api_key_id", api_key_id),
+            department_id=optional_uuid("department_id", department_id),
+            user_id=optional_uuid("user_id", user_id),
+            api_key_id=optional_uuid("api_key_id", api_key_id),
             status=_int("status", status, 100, 599),
             request_id=_text("request_id", request_id),
             action=_action(action),
@@ -125,15 +126,6 @@ def _text(name: str, raw: str | None) -> str | None:
     if raw and "\x00" in raw:  # Postgres refuses NUL in text: a 500 if it got that far
         raise ValueError(f"{name}: must not contain a NUL character")
     return raw or None
-
-
-def _uuid(name: str, raw: str | None) -> uuid.UUID | None:
-    if not raw:
-        return None
-    try:
-        return uuid.UUID(raw)
-    except ValueError:
-        raise ValueError(f"{name}: not a UUID: {raw!r}") from None
 
 
 def _int(name: str, raw: str | None, low: int, high: int | None) -> int | None:

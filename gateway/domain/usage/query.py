@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from gateway.db.base import utc_now
 from gateway.db.models import ApiKey, Department, UsageDaily, UsageDailyDepartment, User
 from gateway.db.models.usage import REFUSAL_COLUMNS
+from gateway.domain.params import optional_uuid
 from gateway.domain.usage.rollup import RATE_LIMIT_PREFIX
 from gateway.domain.usage.schemas import (
     DailyRow,
@@ -55,7 +56,7 @@ class UsageFilter:
             raise ValueError(f"since: {first} is after until ({last})")
         if (last - first).days + 1 > MAX_DAYS:
             raise ValueError(f"since: a range of at most {MAX_DAYS} days, got {first}..{last}")
-        return cls(first, last, _uuid("department_id", department_id))
+        return cls(first, last, optional_uuid("department_id", department_id))
 
     def apply(
         self, statement: S, u: type[UsageDaily] | type[UsageDailyDepartment] = UsageDaily
@@ -229,12 +230,3 @@ def _date(name: str, raw: str | None) -> date | None:
     except ValueError:
         pass
     raise ValueError(f"{name}: not a date such as 2026-12-31: {raw!r}")
-
-
-def _uuid(name: str, raw: str | None) -> uuid.UUID | None:
-    if not raw:
-        return None
-    try:
-        return uuid.UUID(raw)
-    except ValueError:
-        raise ValueError(f"{name}: not a UUID: {raw!r}") from None

@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -37,6 +37,7 @@ from gateway.domain.audit.entry import AuditEntry, to_utc
 API_REQUEST = "api.request"
 RATE_LIMIT_PREFIX = "rate_limit:"
 # Fixed forever: the rows' ids are derived from it (and migration 0005 repeats it).
+K = TypeVar("K")  # a rollup's key: a Bucket, or (day, department, via)
 BUCKET_NAMESPACE = uuid.UUID("5d0c6f0e-3b1a-4e53-9a53-0e6c1d7a2b10")
 # usage_daily_departments' ids, likewise fixed (migration 0007 repeats it); a different
 # namespace, so that a coarse row's id is never a fine row's.
@@ -80,14 +81,18 @@ def by_department(
     """The fine buckets' counters added up per (day, department, via)."""
     coarse: dict[tuple[date, uuid.UUID | None, str], dict[str, int]] = {}
     for bucket, counts in buckets.items():
-        key = (bucket.day, bucket.department_id, bucket.via)
-        total = coarse.get(key)
-        if total is None:
-            coarse[key] = dict(counts)
-        else:
-            for name, value in counts.items():
-                total[name] += value
+        accumulate(coarse, (bucket.day, bucket.department_id, bucket.via), counts)
     return coarse
+
+
+def accumulate(totals: dict[K, dict[str, int]], key: K, counts: dict[str, int]) -> None:
+    """Add ``counts`` to ``totals[key]`` (a copy of them when the key is new)."""
+    total = totals.get(key)
+    if total is None:
+        totals[key] = dict(counts)
+    else:
+        for name, value in counts.items():
+            total[name] += value
 
 
 def via_of(entry: AuditEntry) -> str:
@@ -103,16 +108,30 @@ def via_of(entry: AuditEntry) -> str:
 
 def counters_of(entry: AuditEntry) -> dict[str, int]:
     """What one API request adds to its bucket."""
+    return request_counters(
+        entry.status_code,
+        entry.reason,
+        entry.prompt_tokens,
+        entry.completion_tokens,
+        entry.cached_tokens,
+    )
+
+
+def request_counters(
+    status_code: int, reason: str, prompt: int, completion: int, cached: int
+) -> dict[str, int]:
+    """What a request with this outcome adds to its bucket (the console benchmark's seeding
+    counts its generated records with this too)."""
     counts = dict.fromkeys(COUNTER_COLUMNS, 0)
     counts["requests"] = 1
-    counts["prompt_tokens"] = max(0, entry.prompt_tokens)
-    counts["completion_tokens"] = max(0, entry.completion_tokens)
-    counts["cached_tokens"] = max(0, entry.cached_tokens)
-    if entry.status_code >= 500:
+    counts["prompt_tokens"] = max(0, prompt)
+    counts["completion_tokens"] = max(0, completion)
+    counts["cached_tokens"] = max(0, cached)
+    if status_code >= 500:
         counts["errors"] = 1
-    if entry.reason.startswith(RATE_LIMIT_PREFIX) and 400 <= entry.status_code < 500:
+    if reason.startswith(RATE_LIMIT_PREFIX) and 400 <= status_code < 500:
         counts["refusals"] = 1
-        column = REFUSAL_COLUMNS.get(entry.reason.removeprefix(RATE_LIMIT_PREFIX))
+        column = REFUSAL_COLUMNS.get(reason.removeprefix(RATE_LIMIT_PREFIX))
         if column:
             counts[column] = 1
     return counts
@@ -132,13 +151,7 @@ def summed(entries: Sequence[AuditEntry]) -> dict[Bucket, dict[str, int]]:
             entry.api_key_id,
             via_of(entry),
         )
-        counts = counters_of(entry)
-        total = buckets.get(bucket)
-        if total is None:
-            buckets[bucket] = counts
-        else:
-            for name, value in counts.items():
-                total[name] += value
+        accumulate(buckets, bucket, counters_of(entry))
     return buckets
 
 

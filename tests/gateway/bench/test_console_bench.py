@@ -6,20 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 from pathlib import Path
 
 import asyncpg
-import pytest
 
 from gateway.cli import main
 
-DATABASE_URL = os.environ.get("TEST_DATABASE_URL", "")
-pytestmark = pytest.mark.skipif(not DATABASE_URL, reason="needs TEST_DATABASE_URL (Postgres)")
 
-
-async def _bench_databases() -> set[str]:
-    connection = await asyncpg.connect(DATABASE_URL.replace("+asyncpg", "", 1))
+async def _bench_databases(database_url: str) -> set[str]:
+    connection = await asyncpg.connect(database_url.replace("+asyncpg", "", 1))
     try:
         rows = await connection.fetch(
             "SELECT datname FROM pg_database WHERE datname LIKE 'enclave_console_bench_%'"
@@ -29,11 +24,15 @@ async def _bench_databases() -> set[str]:
     return {str(row["datname"]) for row in rows}
 
 
-def test_a_tiny_run_answers_every_call_and_drops_its_database(tmp_path: Path) -> None:
-    before = asyncio.run(_bench_databases())
+def test_a_tiny_run_answers_every_call_and_drops_its_database(
+    tmp_path: Path, database_url: str
+) -> None:
+    # `database_url` is the suite's Postgres (tests/conftest.py fails the test without it).
+    before = asyncio.run(_bench_databases(database_url))
     output = tmp_path / "console.json"
     sizes = ["--users", "200", "--keys", "500", "--records", "2000", "--repeat", "2"]
-    assert main(["bench", "console", *sizes, "--output", str(output)]) == 0
+    where = ["--database-url", database_url, "--output", str(output)]
+    assert main(["bench", "console", *sizes, *where]) == 0
     report = json.loads(output.read_text())
 
     assert report["benchmark"] == "console"
@@ -57,7 +56,7 @@ def test_a_tiny_run_answers_every_call_and_drops_its_database(tmp_path: Path) ->
         assert call["response_bytes"] > 0
     # Only a list with one page has no deep page.
     assert all(c["name"].endswith("_deep") for c in report["calls"] if "skipped" in c)
-    assert asyncio.run(_bench_databases()) == before
+    assert asyncio.run(_bench_databases(database_url)) == before
 
 
 def test_a_database_other_than_postgres_is_refused() -> None:
