@@ -153,6 +153,11 @@ class WorkerAdminController(Controller):
         upstream = _supervised_upstream(traffic, index)
         if traffic.restarting is not None and not traffic.restarting.done():
             raise ClientException(status_code=409, detail="this worker is already restarting")
+        if traffic.supervisor is not None and traffic.supervisor.starting:
+            raise ClientException(
+                status_code=409,
+                detail="the embedded worker is still starting: restart it once it is ready",
+            )
         if traffic.supervisor is None or not traffic.supervisor.running:
             raise ClientException(
                 status_code=409,

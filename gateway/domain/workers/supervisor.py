@@ -124,6 +124,12 @@ class WorkerSupervisor:
         """Started and not closed: restart() may be asked."""
         return self._watcher is not None and not self._watcher.done() and not self._closing
 
+    @property
+    def starting(self) -> bool:
+        """The first start is under way (the pool's health check may already see the worker
+        answer: start() returns once its own readiness check has)."""
+        return self._process is not None and self._watcher is None and not self._closing
+
     async def restart(self, drain_timeout: float = 30) -> None:
         """An admin's restart: SIGTERM the worker (it drains what it runs), SIGKILL it after
         ``drain_timeout``, and start a new one at once. Returns once that start is over,

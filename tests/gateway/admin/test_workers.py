@@ -157,6 +157,12 @@ def test_drain_then_restart_the_supervised_worker(supervised: Console) -> None:
 
     ready = until(worker, lambda w: w["healthy"])
     assert ready["supervised"] and ready["crash_restarts"] == 0 and ready["load"] is not None
+    if supervisor.starting:
+        # The pool's health check can see the worker answer a moment before the
+        # supervisor's own readiness check returns; until then a restart is refused.
+        early = client.post("/api/admin/workers/0/restart", headers=writes)
+        assert early.status_code == 409 and "still starting" in early.json()["detail"]
+    until(lambda: supervisor.running, bool)
     first_pid = supervisor.pid
 
     drained = client.post("/api/admin/workers/0/drain", headers=writes)

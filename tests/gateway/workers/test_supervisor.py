@@ -45,7 +45,13 @@ async def test_starts_restarts_after_kill_and_stops(tiny_checkpoint: Path, tmp_p
         extra_args=TINY_ARGS,
     )  # fmt: skip
     supervisor.min_backoff_s = 0.2
-    url = await supervisor.start(ready_timeout=60)
+    assert not supervisor.starting and not supervisor.running
+    starting = asyncio.create_task(supervisor.start(ready_timeout=60))
+    # While its readiness check waits, it says it is starting, and not yet running.
+    await wait_for(lambda: supervisor.pid is not None, timeout=30)
+    assert supervisor.starting and not supervisor.running
+    url = await starting
+    assert supervisor.running and not supervisor.starting
     try:
         async with httpx.AsyncClient(base_url=url, timeout=10) as client:
             assert (await client.get("/ready")).status_code == 200
