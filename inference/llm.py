@@ -79,10 +79,15 @@ class LLM:
                 self.engine.abort_request(request_id)
             raise
         finished: dict[str, RequestOutput] = {}
-        while self.engine.has_unfinished_requests():
-            for output in self.engine.step():
-                if output.finished:
-                    finished[output.request_id] = output
+        try:
+            while self.engine.has_unfinished_requests():
+                for output in self.engine.step():
+                    if output.finished:
+                        finished[output.request_id] = output
+        except BaseException:
+            for request_id in ids:  # a failed step (or ^C) leaves nothing queued behind
+                self.engine.abort_request(request_id)
+            raise
         return [finished[request_id] for request_id in ids]
 
     def chat(

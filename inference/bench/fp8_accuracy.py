@@ -28,7 +28,7 @@ import torch
 
 from inference.bench.machine import cpu_model
 from inference.bench.passages import PASSAGES
-from inference.kernels.attention import AttentionMetadata
+from inference.kernels.attention import TorchAttentionBackend, paged_layout
 from inference.kernels.kv_cache import FP8_KV_DTYPE, KVCache
 from inference.model.arch import ArchConfig
 from inference.model.llama import LlamaForCausalLM
@@ -110,7 +110,8 @@ def prefill_logits(
         KVCache(torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype))
         for _ in range(config.num_layers)
     ]
-    meta = AttentionMetadata.build(torch.arange(n), [0, n], [n], torch.arange(blocks)[None], BLOCK)
+    layout = paged_layout(range(n), [0, n], [n], [list(range(blocks))], BLOCK)
+    meta = TorchAttentionBackend().build_metadata(layout, torch.device("cpu"))
     hidden = model(torch.tensor(tokens), torch.arange(n), caches, meta)
     logits: torch.Tensor = model.compute_logits(hidden)
     return logits.float()

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from inference.kernels.attention import AttentionMetadata, TorchAttentionBackend
+from inference.kernels.attention import TorchAttentionBackend, paged_layout
 from inference.kernels.kv_cache import FP8_KV_DTYPE, KVCache
 
 BF16_TOLERANCE = 2e-2  # max error over the output's largest magnitude
@@ -87,14 +87,14 @@ def check_case(
     block_tables = torch.zeros(len(tables), max(map(len, tables)), dtype=torch.int64)
     for row, table in enumerate(tables):
         block_tables[row, : len(table)] = torch.tensor(table)
-    meta = AttentionMetadata.build(
-        torch.cat(new_slots), starts, seq_lens, block_tables.to(device), block_size
-    )
+    layout = paged_layout(torch.cat(new_slots).cpu(), starts, seq_lens, block_tables, block_size)
     query = torch.cat(queries).to(device, dtype)
     scale = head_dim**-0.5
     # Attention is compared on one cache, so that a write difference does not hide in it.
-    expected = torch_path.forward(query, expected_cache, meta, scale).float()
-    actual = triton.forward(query, expected_cache, meta, scale).float()
+    torch_meta = torch_path.build_metadata(layout, torch.device(device))
+    triton_meta = triton.build_metadata(layout, torch.device(device))
+    expected = torch_path.forward(query, expected_cache, torch_meta, scale).float()
+    actual = triton.forward(query, expected_cache, triton_meta, scale).float()
     error = float((actual - expected).abs().max() / expected.abs().max().clamp_min(1e-6))
     written = [
         float((got.view(torch.uint8) == want.view(torch.uint8)).float().mean())

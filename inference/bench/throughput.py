@@ -38,8 +38,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=2,
         help="turns each engine takes, alternating; each is reported at its best round",
     )
+    parser.add_argument(
+        "--constrained-share",
+        type=float,
+        default=0.0,
+        help="also compare a batch with this share of requests under a JSON schema "
+        "against the same batch all free (0: skip)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", help="also write the JSON to this file")
+    parser.add_argument(
+        "--speculative",
+        choices=["ngram", "draft"],
+        help="compare speculative decoding against plain, side by side (spec_throughput.py)",
+    )
+    parser.add_argument("--draft-model", help="with --speculative draft: the draft model")
+    parser.add_argument("--num-speculative-tokens", type=int, default=3)
+    parser.add_argument("--ngram-min", type=int, default=1)
+    parser.add_argument("--speculative-max-batch", type=int)
+    parser.add_argument(
+        "--workload",
+        choices=["repetitive", "random"],
+        default="repetitive",
+        help="with --speculative: code to repeat, or random prompts",
+    )
+    parser.add_argument("--date", help="recorded in the JSON (with --speculative)")
     parser.set_defaults(run=run)
 
 
@@ -49,6 +72,8 @@ def _check(args: argparse.Namespace) -> None:
             raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
     if args.prefix_len < 0 or args.naive_prompts < 0:
         raise ValueError("--prefix-len and --naive-prompts must not be negative")
+    if not 0 <= args.constrained_share <= 1:
+        raise ValueError("--constrained-share must be in [0, 1]")
 
 
 def make_prompts(
@@ -66,6 +91,10 @@ def make_prompts(
 
 def run(args: argparse.Namespace) -> int:
     _check(args)
+    if args.speculative:
+        from inference.bench.spec_throughput import run_speculative
+
+        return run_speculative(args)
     import torch
 
     from inference import LLM, SamplingParams
@@ -138,6 +167,12 @@ def run(args: argparse.Namespace) -> int:
         }
         result["speedup_output_tokens_per_s"] = round(
             result["output_tokens_per_s"] / best["output_tokens_per_s"], 1
+        )
+    if args.constrained_share > 0:
+        from inference.bench.constrained import compare
+
+        result["constrained"] = compare(
+            llm, args, lambda index: make_prompts(vocab, special, args, index)
         )
     result["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     text = json.dumps(result, indent=2)

@@ -1,9 +1,11 @@
 """AsyncEngine: an LLMEngine that steps in its own thread, driven from asyncio.
 
-HTTP handlers never wait on a model step: they put commands (add, abort) on a thread-safe
-queue that the engine thread drains between steps, and read each request's outputs from
-an asyncio queue that the engine thread fills through ``call_soon_threadsafe``. Only the
-engine thread touches the engine's mutable state.
+HTTP handlers never wait on a model step: they put commands (add, abort, call) on a
+thread-safe queue that the engine thread drains between steps, and read each request's
+outputs from an asyncio queue that the engine thread fills through
+``call_soon_threadsafe``. Only the engine thread touches the engine's mutable state: what
+else must touch it runs there through :meth:`AsyncEngine.call`, or as a request's
+``after_finish`` (right after the step that finished it, before the next step allocates).
 """
 
 from __future__ import annotations
@@ -17,12 +19,14 @@ import threading
 import time
 from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
 from inference.outputs import RequestOutput
 from inference.sampling.params import SamplingParams
 
 log = logging.getLogger("inference.async_engine")
+T = TypeVar("T")
+AfterFinish = Callable[[RequestOutput], object]
 
 
 class EngineCore(Protocol):
@@ -90,11 +94,18 @@ class _Add:
     tenant: str
     weight: float
     done: concurrent.futures.Future[None]
+    after_finish: tuple[AfterFinish, concurrent.futures.Future[object]] | None = None
 
 
 @dataclass
 class _Abort:
     request_id: str
+
+
+@dataclass
+class _Call:
+    fn: Callable[[], Any]
+    done: concurrent.futures.Future[Any]
 
 
 class _Stop:
@@ -110,6 +121,8 @@ class RequestHandle:
         self.request_id = timing.request_id
         self.queue: asyncio.Queue[RequestOutput | BaseException] = asyncio.Queue()
         self.finished = False
+        # What the request's after_finish returned (or raised); see AsyncEngine.add_request.
+        self.after_finish: concurrent.futures.Future[object] = concurrent.futures.Future()
 
     async def outputs(self) -> AsyncGenerator[RequestOutput, None]:
         """Yield cumulative outputs, the last one finished; RequestAborted if cut off.
@@ -149,12 +162,13 @@ class AsyncEngine:
     ) -> None:
         self.engine = engine
         self._on_finish = on_finish
-        self._commands: queue.SimpleQueue[_Add | _Abort | _Stop] = queue.SimpleQueue()
+        self._commands: queue.SimpleQueue[_Add | _Abort | _Call | _Stop] = queue.SimpleQueue()
         self._streams: dict[str, RequestHandle] = {}
         self._num_pending_adds = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._live: set[str] = set()  # engine-thread side: ids added and not yet finished
+        self._after_finish: dict[str, tuple[AfterFinish, concurrent.futures.Future[object]]] = {}
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -205,12 +219,18 @@ class AsyncEngine:
         *,
         tenant: str = "default",
         weight: float = 1.0,
+        after_finish: AfterFinish | None = None,
     ) -> RequestHandle:
         """Hand a request to the engine; return once the engine has accepted it.
 
         Raises the engine's ValueError (a prompt too long, say). The wait is for the engine
         thread to reach its command queue, at most one step. The caller must iterate
         ``handle.outputs()`` to the end or call ``handle.abort()``.
+
+        ``after_finish(output)`` runs on the engine thread with the finished output, after
+        the step that finished the request and before the next one (so nothing has been
+        allocated, or evicted, since); ``handle.after_finish`` then holds what it returned
+        or raised (RequestAborted, or the step's error, if the request never finished).
         """
         if self._thread is None or not self._thread.is_alive():
             raise RuntimeError("the engine thread is not running")
@@ -221,7 +241,8 @@ class AsyncEngine:
         added: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._num_pending_adds += 1
         try:
-            self._commands.put(_Add(request_id, prompt, params, tenant, weight, added))
+            hook = None if after_finish is None else (after_finish, handle.after_finish)
+            self._commands.put(_Add(request_id, prompt, params, tenant, weight, added, hook))
             await asyncio.wrap_future(added)
         except BaseException:
             # Cancelled or refused: forget it. An abort queued after the add is applied
@@ -232,6 +253,14 @@ class AsyncEngine:
         finally:
             self._num_pending_adds -= 1
         return handle
+
+    async def call(self, fn: Callable[[], T]) -> T:
+        """Run ``fn()`` on the engine thread between steps; return (or raise) what it does."""
+        if self._thread is None or not self._thread.is_alive():
+            raise RuntimeError("the engine thread is not running")
+        done: concurrent.futures.Future[T] = concurrent.futures.Future()
+        self._commands.put(_Call(fn, done))
+        return await asyncio.wrap_future(done)
 
     def _release(self, handle: RequestHandle, *, abort: bool) -> None:
         if self._streams.pop(handle.request_id, None) is None:
@@ -271,14 +300,31 @@ class AsyncEngine:
             for output in outputs:
                 if output.finished:
                     self._live.discard(output.request_id)
+                    self._run_after_finish(output)
             self._call_in_loop(self._deliver, outputs, started, time.monotonic())
 
-    def _apply(self, command: _Add | _Abort | _Stop) -> bool:
+    def _run_after_finish(self, output: RequestOutput) -> None:
+        hook = self._after_finish.pop(output.request_id, None)
+        if hook is None:
+            return
+        fn, done = hook
+        _settle(done, lambda: fn(output))
+
+    def _drop_after_finish(self, request_id: str, exc: BaseException) -> None:
+        hook = self._after_finish.pop(request_id, None)
+        if hook is not None and hook[1].set_running_or_notify_cancel():
+            hook[1].set_exception(exc)
+
+    def _apply(self, command: _Add | _Abort | _Call | _Stop) -> bool:
         if isinstance(command, _Stop):
             return False
         if isinstance(command, _Abort):
             self._live.discard(command.request_id)
+            self._drop_after_finish(command.request_id, RequestAborted("the request was aborted"))
             self.engine.abort_request(command.request_id)
+            return True
+        if isinstance(command, _Call):
+            _settle(command.done, command.fn)
             return True
         if not command.done.set_running_or_notify_cancel():
             return True  # its handler was cancelled before the engine saw it
@@ -294,6 +340,8 @@ class AsyncEngine:
             command.done.set_exception(exc)
         else:
             self._live.add(command.request_id)
+            if command.after_finish is not None:
+                self._after_finish[command.request_id] = command.after_finish
             command.done.set_result(None)
         return True
 
@@ -305,6 +353,8 @@ class AsyncEngine:
                 log.exception("abort after a failed step failed for %s", request_id)
         failed = list(self._live)
         self._live.clear()
+        for request_id in failed:
+            self._drop_after_finish(request_id, exc)
         self._call_in_loop(self._deliver_error, failed, exc)
 
     def _call_in_loop(self, callback: Callable[..., None], *args: object) -> None:
@@ -327,3 +377,13 @@ class AsyncEngine:
             handle = self._streams.get(request_id)
             if handle is not None:
                 handle.queue.put_nowait(exc)
+
+
+def _settle(done: concurrent.futures.Future[Any], fn: Callable[[], Any]) -> None:
+    """Run ``fn`` into ``done``, unless its waiter has already given up (cancelled it)."""
+    if not done.set_running_or_notify_cancel():
+        return
+    try:
+        done.set_result(fn())
+    except Exception as exc:
+        done.set_exception(exc)

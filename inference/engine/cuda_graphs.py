@@ -9,7 +9,7 @@ once per padded batch size replays them all in one call.
   (slot -1) and attend to nothing (length 0).
 - Each size is captured lazily, the first time a step needs it, so start-up stays fast.
 - A graph reads fixed addresses, so the inputs live in static buffers that each step
-  overwrites; the attention backend is bound to a plan over those buffers. The decode
+  overwrites, and the attention metadata the graph captures is made of those buffers. The decode
   kernel's number of splits is planned for the longest context a sequence may reach; each
   sequence spreads its own context over them, so short ones still fill the GPU.
 - Only pure decode steps replay; anything else (prefill chunks, a batch larger than the
@@ -19,18 +19,17 @@ once per padded batch size replays them all in one call.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
-from inference.kernels.attention import AttentionMetadata, KVCache
+from inference.engine.step_inputs import StepInputs
+from inference.kernels.attention import AttentionBackend, KVCache
 from inference.model.llama import LlamaForCausalLM
 
 if TYPE_CHECKING:  # triton is imported only where graphs are used
-    from inference.kernels.attention import AttentionBackend
-    from inference.kernels.triton.backend import TritonAttentionBackend
+    from inference.kernels.triton.backend import TritonAttentionBackend, TritonAttentionMetadata
 
 log = logging.getLogger("inference.engine")
 
@@ -53,31 +52,18 @@ def padded_batch_size(num_seqs: int, sizes: list[int]) -> int | None:
     return next((size for size in sizes if size >= num_seqs), None)
 
 
-@dataclass(frozen=True, slots=True)
-class DecodeInputs:
-    """One pure decode step on the host: one token per sequence."""
-
-    input_ids: np.ndarray  # (n,) int64
-    positions: np.ndarray  # (n,) int64
-    slots: np.ndarray  # (n,) int64
-    seq_lens: np.ndarray  # (n,) int64: context length after this step
-    block_tables: np.ndarray  # (n, width) int64
-
-    @property
-    def num_seqs(self) -> int:
-        return int(self.input_ids.shape[0])
-
-
 NUM_ROW_FIELDS = 4  # input_ids, positions, slots, seq_lens
 
 
-def pad_decode_inputs(inputs: DecodeInputs, size: int, max_blocks: int) -> np.ndarray:
+def pad_decode_inputs(inputs: StepInputs, size: int, max_blocks: int) -> np.ndarray:
     """Pack a step into the static buffers' host layout, padded to ``size`` rows.
 
     Layout (int64): rows of [input_ids | positions | slots | seq_lens], each ``size`` long,
     then ``size`` block-table rows of ``max_blocks``. Padding rows hold token 0 at position
     0, slot -1 (the KV write skips it) and length 0 (attention reads nothing).
     """
+    if not inputs.is_pure_decode:
+        raise ValueError("only a pure decode step (one token per sequence) is padded")
     n = inputs.num_seqs
     width = inputs.block_tables.shape[1]
     if n > size:
@@ -86,10 +72,10 @@ def pad_decode_inputs(inputs: DecodeInputs, size: int, max_blocks: int) -> np.nd
         raise ValueError(f"block tables of {width} blocks exceed the graphs' {max_blocks}")
     rows = np.zeros((NUM_ROW_FIELDS, size), dtype=np.int64)
     rows[2, :] = -1
-    for field, values in enumerate(
-        (inputs.input_ids, inputs.positions, inputs.slots, inputs.seq_lens)
-    ):
-        rows[field, :n] = values
+    rows[0, :n] = inputs.input_ids
+    rows[1, :n] = inputs.positions
+    rows[2, :n] = inputs.slots
+    rows[3, :n] = inputs.seq_lens
     tables = np.zeros((size, max_blocks), dtype=np.int64)
     tables[:n, :width] = inputs.block_tables
     return np.concatenate([rows.reshape(-1), tables.reshape(-1)])
@@ -98,7 +84,7 @@ def pad_decode_inputs(inputs: DecodeInputs, size: int, max_blocks: int) -> np.nd
 def make_decode_graphs(
     model: LlamaForCausalLM,
     kv_caches: list[KVCache],
-    backend: AttentionBackend,
+    backend: AttentionBackend[Any],
     *,
     enforce_eager: bool,
     max_num_seqs: int,
@@ -125,15 +111,15 @@ def make_decode_graphs(
 
 
 class DecodeBuffers:
-    """One padded batch size's inputs on the device, and the attention metadata and plan
-    that read them: what a CUDA graph of that size captures, and so reads at each replay.
+    """One padded batch size's inputs on the device, and the Triton attention metadata
+    over them: what a CUDA graph of that size captures, and so reads at each replay.
 
-    Nothing here needs CUDA: the plan is the Triton backend's, which a CPU test runs
+    Nothing here needs CUDA: the metadata is the Triton backend's, which a CPU test runs
     under triton's interpreter.
     """
 
     def __init__(self, size: int, max_blocks: int, block_size: int, device: torch.device):
-        from inference.kernels.triton.backend import StepPlan
+        from inference.kernels.triton.backend import TritonAttentionMetadata
 
         self.size = size
         self.max_blocks = max_blocks
@@ -144,16 +130,10 @@ class DecodeBuffers:
         self.input_ids, self.positions, slots, seq_lens = rows
         tables = self.packed[NUM_ROW_FIELDS * size :].view(size, max_blocks)
         arange = torch.arange(size + 1, dtype=torch.int32, device=device)
-        self.metadata = AttentionMetadata(
-            slot_mapping=slots,
-            query_start_loc=list(range(size + 1)),
-            seq_lens=[max_blocks * block_size] * size,  # host-side bound only
-            block_tables=tables,
-            block_size=block_size,
-            decode_seqs=list(range(size)),
-        )
         # The number of decode splits is planned for the longest context there may be.
-        self.plan = StepPlan(
+        self.metadata = TritonAttentionMetadata(
+            slot_mapping=slots,
+            block_tables=tables,
             seq_lens=seq_lens,
             query_start_loc=arange,
             decode_seq_idx=arange[:size],
@@ -163,14 +143,9 @@ class DecodeBuffers:
             max_query_len=0,
         )
 
-    def stage(self, inputs: DecodeInputs) -> None:
+    def stage(self, inputs: StepInputs) -> None:
         """Overwrite the buffers with one step: one host-to-device copy."""
         self.packed.copy_(torch.from_numpy(pad_decode_inputs(inputs, self.size, self.max_blocks)))
-
-    def bind(self, backend: TritonAttentionBackend) -> AttentionMetadata:
-        """Make ``backend`` attend through this plan; the metadata to run the model with."""
-        backend.bind(self.metadata, self.plan)
-        return self.metadata
 
 
 class DecodeGraphRunner:
@@ -209,7 +184,7 @@ class DecodeGraphRunner:
     def num_captured(self) -> int:
         return len(self._graphs)
 
-    def run(self, inputs: DecodeInputs) -> torch.Tensor | None:
+    def run(self, inputs: StepInputs) -> torch.Tensor | None:
         """Final hidden states (n, hidden) of the step, or None to run it eagerly."""
         size = padded_batch_size(inputs.num_seqs, self.sizes)
         if size is None or not self.enabled:
@@ -229,7 +204,7 @@ class DecodeGraphRunner:
         return hidden[: inputs.num_seqs]
 
     def _capture(self, buffers: DecodeBuffers) -> tuple[torch.cuda.CUDAGraph, torch.Tensor] | None:
-        meta = buffers.bind(self.backend)
+        meta: TritonAttentionMetadata = buffers.metadata
         args = (buffers.input_ids, buffers.positions, self.kv_caches, meta)
         try:
             # Warm up on a side stream first: Triton compiles and cuBLAS picks its kernels

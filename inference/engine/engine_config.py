@@ -9,6 +9,7 @@ DEVICES = ("auto", "cpu", "cuda")
 QUANTIZATIONS = ("fp8",)
 KV_CACHE_DTYPES = ("auto", "fp8")
 ATTENTION_BACKENDS = ("auto", "torch", "cpu", "triton")
+SPECULATIVE_METHODS = ("ngram", "draft")
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +26,19 @@ class EngineConfig:
     for decode steps.
     ``tensor_parallel_size=N`` splits heads and MLP over N processes (rank 0 is this one;
     see inference/parallel/), each with its own KV pool: the KV budget is per rank.
+    ``speculative="ngram"`` turns on speculative decoding with the prompt-lookup proposer:
+    up to ``num_speculative_tokens`` tokens per step, proposed where the sequence's last
+    ``ngram_max`` .. ``ngram_min`` tokens occurred earlier in it (see ngram_proposer.py),
+    and, given ``speculative_max_batch``, only in steps with at most that many sequences
+    running (on a CPU a large batch is compute-bound, and verifying costs more than it
+    saves). ``speculative="draft"`` proposes with ``draft_model`` instead (a smaller model
+    with the target's tokenizer, run greedily by the same engine code; see
+    draft_proposer.py), whose own KV pool holds ``draft_kv_cache_fraction`` of the target
+    pool's tokens (the KV budget covers both pools).
+    ``step_time_budget_ms`` plans each step to take about that long, prefill chunks sized
+    by a cost model fitted to the steps that ran, decodes and short prefills first (see
+    latency_policy.py); None: each step is filled up to ``max_num_batched_tokens``, best
+    for offline throughput. The worker serves with 250 ms by default.
     """
 
     model: str
@@ -32,6 +46,7 @@ class EngineConfig:
     dtype: str = "auto"
     device: str = "auto"
     enable_prefix_caching: bool = True
+    max_pinned_fraction: float = 0.5  # of the KV blocks, at most, held by pinned prefixes
     block_size: int = 16
     max_num_seqs: int = 256
     max_num_batched_tokens: int | None = None  # default: max(2048, max_model_len)
@@ -45,6 +60,14 @@ class EngineConfig:
     tensor_parallel_size: int = 1
     seed: int = 0
     progress: bool = True
+    speculative: str | None = None
+    num_speculative_tokens: int = 3
+    ngram_max: int = 3
+    ngram_min: int = 1
+    speculative_max_batch: int | None = None  # speculate only while this many run, at most
+    step_time_budget_ms: float | None = None  # None: the token budget alone
+    draft_model: str | None = None  # with speculative="draft": HF directory or .gguf file
+    draft_kv_cache_fraction: float = 1.0  # the draft pool's tokens, of the target pool's
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
@@ -78,6 +101,39 @@ class EngineConfig:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be positive, got {value}")
+        if not 0 <= self.max_pinned_fraction < 1:
+            raise ValueError(
+                f"max_pinned_fraction must be in [0, 1), got {self.max_pinned_fraction}"
+            )
+        if self.speculative is not None and self.speculative not in SPECULATIVE_METHODS:
+            raise ValueError(
+                f"speculative must be None or one of {', '.join(SPECULATIVE_METHODS)}, "
+                f"got {self.speculative!r}"
+            )
+        if (self.speculative == "draft") != (self.draft_model is not None):
+            raise ValueError(
+                "speculative='draft' needs draft_model, and draft_model needs "
+                f"speculative='draft' (got speculative={self.speculative!r})"
+            )
+        if not 0 < self.draft_kv_cache_fraction <= 1:
+            raise ValueError(
+                f"draft_kv_cache_fraction must be in (0, 1], got {self.draft_kv_cache_fraction}"
+            )
+        if not 1 <= self.num_speculative_tokens <= 16:
+            raise ValueError(
+                f"num_speculative_tokens must be in [1, 16], got {self.num_speculative_tokens}"
+            )
+        if self.speculative_max_batch is not None and self.speculative_max_batch < 1:
+            raise ValueError(
+                f"speculative_max_batch must be at least 1, got {self.speculative_max_batch}"
+            )
+        if not 1 <= self.ngram_min <= self.ngram_max:
+            raise ValueError(
+                f"need 1 <= ngram_min <= ngram_max, got {self.ngram_min} and {self.ngram_max}"
+            )
+        budget = self.step_time_budget_ms
+        if budget is not None and not budget > 0:
+            raise ValueError(f"step_time_budget_ms must be positive or None, got {budget}")
         fraction = self.kv_cache_memory_fraction
         if fraction is not None and not 0 < fraction <= 1:
             raise ValueError(f"kv_cache_memory_fraction must be in (0, 1], got {fraction}")

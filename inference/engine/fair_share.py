@@ -44,8 +44,17 @@ class FairQueue:
                 best, best_key = head, key
         return best
 
+    def heads(self) -> list[Sequence]:
+        """Each waiting tenant's first sequence, in the order :meth:`peek` would serve
+        them now (a policy may admit a later one first; :meth:`pop` charges whichever)."""
+        order = sorted(
+            self._queues, key=lambda t: (self._clock[t], self._queues[t][0].arrival_time)
+        )
+        return [self._queues[t][0] for t in order]
+
     def pop(self, seq: Sequence) -> None:
-        """Remove ``seq`` (the one :meth:`peek` returned) and charge its tenant."""
+        """Remove ``seq``, the head of its tenant's queue (the one :meth:`peek` returned,
+        or any of :meth:`heads`), and charge its tenant."""
         queue = self._queues[seq.tenant]
         queue.popleft()
         self._clock[seq.tenant] += 1.0 / seq.weight

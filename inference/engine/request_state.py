@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -33,16 +34,24 @@ class SampleState:
     text: str = ""
     logprobs: list[TokenLogprobs] | None = None
     stop_reason: str | int | None = None
+    # An llguidance matcher when the request is constrained; it advances with each token.
+    matcher: Any = None
+
+    _row: SamplingRow | None = None
 
     def sampling_row(self) -> SamplingRow:
-        seq = self.seq
-        return SamplingRow(
-            params=seq.params,
-            prompt_token_ids=seq.token_ids[: seq.num_prompt_tokens],
-            output_token_ids=seq.output_token_ids,
-            generator=self.generator,
-            min_tokens_blocked_ids=self.blocked_until_min_tokens,
-        )
+        """The sampler's view of this sample, made once: it reads the sequence's own token
+        list, which grows in place, so nothing is copied per step."""
+        if self._row is None:
+            seq = self.seq
+            self._row = SamplingRow(
+                params=seq.params,
+                token_ids=seq.token_ids,
+                num_prompt_tokens=seq.num_prompt_tokens,
+                generator=self.generator,
+                min_tokens_blocked_ids=self.blocked_until_min_tokens,
+            )
+        return self._row
 
     def accept(
         self,
@@ -83,6 +92,17 @@ class SampleState:
             self._flush()
             return "length"
         return None
+
+    def end_of_grammar(self, verdict: str) -> str:
+        """The grammar is complete ("stop"): the sample stops here. Any other verdict is
+        why its matcher failed: the sample is cut off ("abort", the verdict as its
+        stop_reason) rather than going on unconstrained."""
+        self._flush()
+        if verdict == "stop":
+            self.stop_reason = None
+            return "stop"
+        self.stop_reason = verdict
+        return "abort"
 
     def _flush(self) -> None:
         if self.stop_matcher is not None:
@@ -142,8 +162,10 @@ def new_request_state(
     tenant: str,
     weight: float,
     make_generator: Callable[[int | None], torch.Generator | None],
+    new_matcher: Callable[[], Any] | None = None,
 ) -> RequestState:
-    """Build the request's n samples. ``make_generator(seed)`` gives a per-sample generator."""
+    """Build the request's n samples. ``make_generator(seed)`` gives a per-sample generator;
+    ``new_matcher()`` a grammar matcher of its own for each sample of a constrained request."""
     samples: list[SampleState] = []
     now = time.monotonic()
     for index in range(params.n):
@@ -172,6 +194,7 @@ def new_request_state(
                     else frozenset()
                 ),
                 logprobs=[] if params.logprobs is not None else None,
+                matcher=new_matcher() if new_matcher is not None else None,
             )
         )
     return RequestState(

@@ -21,6 +21,10 @@ class SequenceStatus(enum.Enum):
 class Sequence:
     """The token ids of one sample (prompt then generated) and where its KV lives.
 
+    One writer per field: the scheduler writes progress (``num_computed_tokens``,
+    ``num_cached_tokens``), ``status`` and ``finish_reason``; the block manager writes
+    ``block_table`` and ``block_hashes``; the engine appends sampled tokens.
+
     Invariants (kept by the scheduler and block manager, checked by their tests):
     - ``num_computed_tokens <= len(token_ids)``: KV is in the cache for exactly the first
       ``num_computed_tokens`` tokens; the rest still have to go through the model.

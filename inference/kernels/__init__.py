@@ -1,11 +1,14 @@
-"""Attention kernels: the torch reference (CPU path) now, Triton for the GPU later."""
+"""Attention kernels: the torch reference, the C kernels on a CPU, Triton on a GPU."""
 
 from inference.kernels.attention import (
     AttentionBackend,
     AttentionMetadata,
     KVCache,
+    PagedLayout,
     TorchAttentionBackend,
+    TorchAttentionMetadata,
     paged_attention,
+    paged_layout,
     write_kv,
 )
 
@@ -13,7 +16,10 @@ __all__ = [
     "AttentionBackend",
     "AttentionMetadata",
     "KVCache",
+    "PagedLayout",
     "TorchAttentionBackend",
+    "TorchAttentionMetadata",
     "paged_attention",
+    "paged_layout",
     "write_kv",
 ]

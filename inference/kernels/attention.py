@@ -5,6 +5,11 @@ head_dim); a sequence's token at position p lives in block block_table[p // bloc
 at offset p % block_size. A step's batch is flat: T new tokens from B sequences, each
 sequence's new tokens being the last query_len positions of its context (causal).
 
+A step reaches attention as a `PagedLayout` (host-side arrays: where the new tokens go
+and what each sequence attends to); each backend turns it into its own metadata
+(`build_metadata`), built once per step and read by every layer, holding only what that
+backend reads. The model itself reads only ``meta.slot_mapping`` (for the KV write).
+
 Sequences with one new token (decodes) are attended together: one gather through the
 block tables and one masked SDPA. Longer chunks (prefills) are attended one sequence at a
 time, with SDPA's own GQA and, when nothing precedes the chunk, its causal kernel. A
@@ -16,111 +21,170 @@ into the softmax scale and the value scale into the output, so reads cost one up
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from inference.kernels.kv_cache import KVCache, kv_scales, to_cache_dtype
 
 
-@dataclass
-class AttentionMetadata:
-    slot_mapping: torch.Tensor  # (T,) int64: block_id * block_size + offset per new token
+@dataclass(frozen=True, slots=True)
+class PagedLayout:
+    """Where a step's new tokens go and what each sequence attends to, on the host.
+
+    Checked when made: every sequence has new tokens, and its context fits its table.
+    """
+
+    slots: np.ndarray  # (T,) int64: block_id * block_size + offset per new token
     query_start_loc: list[int]  # (B + 1,) cumulative new-token counts
     seq_lens: list[int]  # (B,) context length after this step
-    block_tables: torch.Tensor  # (B, max_blocks) int64, padded with 0
+    block_tables: np.ndarray  # (B, max_blocks) int64, padded with 0
     block_size: int
-    # Derived by `build`: the sequences with one new token, batched together.
-    decode_seqs: list[int] = field(default_factory=list)
-    decode_rows: torch.Tensor | None = None  # (Bd,) their token rows in the flat batch
-    decode_lens: torch.Tensor | None = None  # (Bd,) int64 their context lengths
-    # Leading blocks that every decode's table shares (a cached system prompt, say), short
-    # of each decode's last token; 0 with fewer than two decodes. Cascade kernels read them
-    # once for the whole batch. Found only for tables on the CPU, where the cascade
-    # kernels are (elsewhere, 0: finding them would wait on the device).
-    decode_shared_blocks: int = 0
-    decode_blocks: torch.Tensor | None = None  # (Bd, Nmax) block ids of their contexts
-    decode_mask: torch.Tensor | None = None  # (Bd, 1, 1, Nmax * block_size) bool: real slots
-    prefill_seqs: list[int] = field(default_factory=list)
-    # Leading blocks that every prefill chunk's table shares, all of them cached before the
-    # chunks (a system prompt hit in the prefix cache); 0 with fewer than two chunks (and,
-    # as above, off the CPU).
-    prefill_shared_blocks: int = 0
 
-    @classmethod
-    def build(
-        cls,
-        slot_mapping: torch.Tensor,
-        query_start_loc: list[int],
-        seq_lens: list[int],
-        block_tables: torch.Tensor,
-        block_size: int,
-    ) -> AttentionMetadata:
-        num_seqs = len(seq_lens)
-        if len(query_start_loc) != num_seqs + 1 or query_start_loc[0] != 0:
+    def __post_init__(self) -> None:
+        starts, lens, tables = self.query_start_loc, self.seq_lens, self.block_tables
+        num_seqs = len(lens)
+        if len(starts) != num_seqs + 1 or starts[0] != 0:
             raise ValueError("query_start_loc must have len(seq_lens) + 1 entries from 0")
-        if block_size <= 0:
-            raise ValueError(f"block_size must be positive, got {block_size}")
-        if block_tables.dim() != 2 or block_tables.shape[0] != num_seqs:
+        if self.block_size <= 0:
+            raise ValueError(f"block_size must be positive, got {self.block_size}")
+        if tables.ndim != 2 or tables.shape[0] != num_seqs:
             raise ValueError(f"block_tables must be ({num_seqs}, max_blocks)")
-        if slot_mapping.shape != (query_start_loc[-1],):
-            raise ValueError("slot_mapping must have one slot per new token")
-        query_lens = [query_start_loc[i + 1] - query_start_loc[i] for i in range(num_seqs)]
-        for i, (qlen, ctx) in enumerate(zip(query_lens, seq_lens, strict=True)):
-            if qlen <= 0 or ctx < qlen or ctx > block_tables.shape[1] * block_size:
+        if self.slots.shape != (starts[-1],):
+            raise ValueError("slots must have one slot per new token")
+        capacity = tables.shape[1] * self.block_size
+        for i in range(num_seqs):
+            qlen, ctx = starts[i + 1] - starts[i], lens[i]
+            if qlen <= 0 or ctx < qlen or ctx > capacity:
                 raise ValueError(
                     f"sequence {i}: query_len {qlen} and seq_len {ctx} do not fit "
-                    f"{block_tables.shape[1]} blocks of {block_size}"
+                    f"{tables.shape[1]} blocks of {self.block_size}"
                 )
-        meta = cls(slot_mapping, list(query_start_loc), list(seq_lens), block_tables, block_size)
-        meta.decode_seqs = [i for i in range(num_seqs) if query_lens[i] == 1]
-        meta.prefill_seqs = [i for i in range(num_seqs) if query_lens[i] > 1]
-        on_cpu = block_tables.device.type == "cpu"
-        if meta.decode_seqs:
-            device = block_tables.device
-            index = torch.tensor(meta.decode_seqs, dtype=torch.int64, device=device)
-            host_lens = [seq_lens[i] for i in meta.decode_seqs]
-            lens = torch.tensor(host_lens, dtype=torch.int64, device=device)
-            meta.decode_lens = lens
-            # Whole blocks are gathered (contiguous copies, far cheaper than per-slot
-            # indexing); the mask hides the slots past each context's end.
-            num_blocks = -(-max(host_lens) // block_size)
-            meta.decode_blocks = block_tables.index_select(0, index)[:, :num_blocks]
-            positions = torch.arange(num_blocks * block_size, device=device)
-            meta.decode_mask = (positions[None, :] < lens[:, None])[:, None, None, :]
-            meta.decode_rows = torch.tensor(
-                [query_start_loc[i] for i in meta.decode_seqs], dtype=torch.int64, device=device
-            )
-            if len(meta.decode_seqs) > 1 and on_cpu:
-                limit = (min(host_lens) - 1) // block_size
-                meta.decode_shared_blocks = _leading_shared(meta.decode_blocks, limit)
-        if len(meta.prefill_seqs) > 1 and on_cpu:
-            cached = min(seq_lens[i] - query_lens[i] for i in meta.prefill_seqs) // block_size
-            if cached > 0:
-                index = torch.tensor(meta.prefill_seqs, device=block_tables.device)
-                tables = block_tables.index_select(0, index)[:, :cached]
-                meta.prefill_shared_blocks = _leading_shared(tables, cached)
-        return meta
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self.seq_lens)
+
+    @property
+    def num_tokens(self) -> int:
+        return self.query_start_loc[-1]
+
+    def query_len(self, seq: int) -> int:
+        return self.query_start_loc[seq + 1] - self.query_start_loc[seq]
+
+    @property
+    def decode_seqs(self) -> list[int]:
+        """The sequences with one new token."""
+        return [i for i in range(self.num_seqs) if self.query_len(i) == 1]
+
+    @property
+    def prefill_seqs(self) -> list[int]:
+        """The sequences with a chunk of several new tokens."""
+        return [i for i in range(self.num_seqs) if self.query_len(i) > 1]
+
+    @property
+    def is_pure_decode(self) -> bool:
+        return self.num_tokens == self.num_seqs
 
 
-def _leading_shared(tables: torch.Tensor, limit: int) -> int:
-    """How many leading columns of ``tables`` (rows of block ids) all rows agree on."""
-    same = (tables == tables[:1]).all(dim=0).to(torch.int64).cumprod(dim=0)
-    return min(int(same.sum()), limit)
+def paged_layout(
+    slots: Any, query_start_loc: list[int], seq_lens: list[int], block_tables: Any, block_size: int
+) -> PagedLayout:
+    """A layout from lists, numpy arrays or CPU tensors (for tests and benchmarks)."""
+    return PagedLayout(
+        np.asarray(slots, dtype=np.int64).reshape(-1),
+        [int(x) for x in query_start_loc],
+        [int(x) for x in seq_lens],
+        np.asarray(block_tables, dtype=np.int64),
+        block_size,
+    )
 
 
-class AttentionBackend(Protocol):
+class AttentionMetadata(Protocol):
+    """What the model reads of any backend's metadata: the new tokens' cache slots."""
+
+    @property
+    def slot_mapping(self) -> torch.Tensor: ...
+
+
+M = TypeVar("M", bound=AttentionMetadata)
+
+
+class AttentionBackend(Protocol[M]):
+    def build_metadata(self, layout: PagedLayout, device: torch.device) -> M:
+        """This backend's metadata for one step (one call per step, read by every layer)."""
+        ...
+
     def write_kv(
         self, key: torch.Tensor, value: torch.Tensor, cache: KVCache, slot_mapping: torch.Tensor
     ) -> None: ...
 
     def forward(
-        self, query: torch.Tensor, cache: KVCache, meta: AttentionMetadata, scale: float
+        self, query: torch.Tensor, cache: KVCache, meta: M, scale: float
     ) -> torch.Tensor: ...
 
 
+@dataclass
+class TorchAttentionMetadata:
+    """The torch path's view of a step: device tensors for the batched decode gather."""
+
+    slot_mapping: torch.Tensor  # (T,) int64
+    query_start_loc: list[int]  # (B + 1,)
+    seq_lens: list[int]  # (B,)
+    block_tables: torch.Tensor  # (B, max_blocks) int64, padded with 0
+    block_size: int
+    decode_seqs: list[int] = field(default_factory=list)
+    decode_rows: torch.Tensor | None = None  # (Bd,) their token rows in the flat batch
+    decode_lens: torch.Tensor | None = None  # (Bd,) int64 their context lengths
+    decode_blocks: torch.Tensor | None = None  # (Bd, Nmax) block ids of their contexts
+    prefill_seqs: list[int] = field(default_factory=list)
+    _decode_mask: torch.Tensor | None = None
+
+    def decode_mask(self) -> torch.Tensor | None:
+        """(Bd, 1, 1, Nmax * block_size) bool: the real slots of the gathered blocks. Made on
+        first use (the C decode kernel never reads it) and shared by every layer."""
+        if self._decode_mask is None and self.decode_blocks is not None:
+            lens = self.decode_lens
+            assert lens is not None
+            width = self.decode_blocks.shape[1] * self.block_size
+            positions = torch.arange(width, device=lens.device)
+            self._decode_mask = (positions[None, :] < lens[:, None])[:, None, None, :]
+        return self._decode_mask
+
+
+def build_torch_metadata(layout: PagedLayout, device: torch.device) -> TorchAttentionMetadata:
+    tables = torch.from_numpy(layout.block_tables).to(device)
+    meta = TorchAttentionMetadata(
+        slot_mapping=torch.from_numpy(layout.slots).to(device),
+        query_start_loc=list(layout.query_start_loc),
+        seq_lens=list(layout.seq_lens),
+        block_tables=tables,
+        block_size=layout.block_size,
+        decode_seqs=layout.decode_seqs,
+        prefill_seqs=layout.prefill_seqs,
+    )
+    if meta.decode_seqs:
+        host_lens = [layout.seq_lens[i] for i in meta.decode_seqs]
+        meta.decode_lens = torch.tensor(host_lens, dtype=torch.int64, device=device)
+        # Whole blocks are gathered (contiguous copies, far cheaper than per-slot
+        # indexing); the mask hides the slots past each context's end.
+        num_blocks = -(-max(host_lens) // layout.block_size)
+        index = torch.tensor(meta.decode_seqs, dtype=torch.int64, device=device)
+        meta.decode_blocks = tables.index_select(0, index)[:, :num_blocks]
+        meta.decode_rows = torch.tensor(
+            [layout.query_start_loc[i] for i in meta.decode_seqs],
+            dtype=torch.int64,
+            device=device,
+        )
+    return meta
+
+
 class TorchAttentionBackend:
+    def build_metadata(self, layout: PagedLayout, device: torch.device) -> TorchAttentionMetadata:
+        return build_torch_metadata(layout, device)
+
     def write_kv(
         self, key: torch.Tensor, value: torch.Tensor, cache: KVCache, slot_mapping: torch.Tensor
     ) -> None:
@@ -131,7 +195,7 @@ class TorchAttentionBackend:
         _store(value_cache, slot_mapping, to_cache_dtype(value, value_cache.dtype, v_scale))
 
     def forward(
-        self, query: torch.Tensor, cache: KVCache, meta: AttentionMetadata, scale: float
+        self, query: torch.Tensor, cache: KVCache, meta: TorchAttentionMetadata, scale: float
     ) -> torch.Tensor:
         """query (T, Hq, D) -> attention output (T, Hq, D) over each sequence's context."""
         num_heads, num_kv_heads = query.shape[1], cache[0].shape[2]
@@ -147,7 +211,7 @@ class TorchAttentionBackend:
         self,
         query: torch.Tensor,
         cache: KVCache,
-        meta: AttentionMetadata,
+        meta: TorchAttentionMetadata,
         scale: float,
         out: torch.Tensor,
     ) -> None:
@@ -157,7 +221,7 @@ class TorchAttentionBackend:
         num_kv_heads, head_dim = key_cache.shape[2], key_cache.shape[3]
         num_heads = query.shape[1]
         group = num_heads // num_kv_heads
-        rows, blocks, mask = meta.decode_rows, meta.decode_blocks, meta.decode_mask
+        rows, blocks, mask = meta.decode_rows, meta.decode_blocks, meta.decode_mask()
         if rows is None or blocks is None or mask is None:
             return
         # Query heads of one KV group become that group's "query positions": GQA without
@@ -174,7 +238,7 @@ class TorchAttentionBackend:
         self,
         query: torch.Tensor,
         cache: KVCache,
-        meta: AttentionMetadata,
+        meta: TorchAttentionMetadata,
         scale: float,
         out: torch.Tensor,
         seqs: list[int],
@@ -232,6 +296,7 @@ def write_kv(
 
 
 def paged_attention(
-    query: torch.Tensor, cache: KVCache, meta: AttentionMetadata, scale: float
+    query: torch.Tensor, cache: KVCache, layout: PagedLayout, scale: float
 ) -> torch.Tensor:
-    return TorchAttentionBackend().forward(query, cache, meta, scale)
+    backend = TorchAttentionBackend()
+    return backend.forward(query, cache, backend.build_metadata(layout, query.device), scale)

@@ -8,6 +8,7 @@ back to the torch path, which is always there and is the reference for both.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import torch
 
@@ -18,7 +19,7 @@ log = logging.getLogger("inference.kernels")
 ATTENTION_BACKENDS = ("auto", "torch", "cpu", "triton")
 
 
-def make_attention_backend(name: str, device: torch.device) -> AttentionBackend:
+def make_attention_backend(name: str, device: torch.device) -> AttentionBackend[Any]:
     """``name``: "auto" (Triton on CUDA, the C kernels on a CPU), "torch", "cpu" or "triton".
 
     "triton" off CUDA runs only under triton's interpreter (``TRITON_INTERPRET=1`` set
@@ -49,7 +50,7 @@ def _interpreted(kernel: object) -> bool:
     return isinstance(kernel, InterpretedFunction)
 
 
-def _cpu_backend(device: torch.device, *, required: bool) -> AttentionBackend:
+def _cpu_backend(device: torch.device, *, required: bool) -> AttentionBackend[Any]:
     from inference.kernels.cpu.backend import CpuAttentionBackend
     from inference.kernels.cpu.build import KernelBuildError, load_paged_decode
 

@@ -6,7 +6,7 @@ Shapes: T is the number of new tokens in the flat batch (prefill chunks and deco
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -29,10 +29,13 @@ from inference.model.layers.linear import (
 )
 from inference.model.layers.norm import RMSNorm
 from inference.model.layers.rotary import RotaryEmbedding, apply_rotary
+from inference.model.quant.fp8 import Fp8Linear
+from inference.model.quant.fp8_embedding import Fp8Embedding
 from inference.model.weights import load_named_weights
 
 if TYPE_CHECKING:
     from inference.kernels.cpu.layers import CpuLayerKernels
+    from inference.kernels.profile import DeviceProfile
 
 Rope = tuple[torch.Tensor, torch.Tensor]  # cos, sin: (T, 1, head_dim / 2)
 
@@ -41,7 +44,7 @@ class LlamaAttention(nn.Module):
     def __init__(
         self,
         config: ArchConfig,
-        backend: AttentionBackend,
+        backend: AttentionBackend[Any],
         dtype: torch.dtype,
         device: torch.device,
     ) -> None:
@@ -109,7 +112,7 @@ class LlamaDecoderLayer(nn.Module):
     def __init__(
         self,
         config: ArchConfig,
-        backend: AttentionBackend,
+        backend: AttentionBackend[Any],
         dtype: torch.dtype,
         device: torch.device,
     ) -> None:
@@ -135,7 +138,7 @@ class LlamaModel(nn.Module):
     def __init__(
         self,
         config: ArchConfig,
-        backend: AttentionBackend,
+        backend: AttentionBackend[Any],
         dtype: torch.dtype,
         device: torch.device,
     ) -> None:
@@ -157,7 +160,7 @@ class LlamaForCausalLM(nn.Module):
         dtype: torch.dtype,
         device: torch.device | str = "cpu",
         *,
-        attention_backend: AttentionBackend | None = None,
+        attention_backend: AttentionBackend[Any] | None = None,
     ) -> None:
         super().__init__()
         device = torch.device(device)
@@ -195,15 +198,24 @@ class LlamaForCausalLM(nn.Module):
         """Let the norms, rotary, SiLU-and-multiply and FP8 dequantizing run the fused CPU
         kernels (None: off)."""
         for module in self.modules():
-            # Norms, attention (rotary), MLPs, and FP8 layers (their dequantizing).
-            if hasattr(module, "kernels"):
-                setattr(module, "kernels", kernels)  # noqa: B010  (nn.Module typing)
+            if isinstance(module, RMSNorm | LlamaAttention | LlamaMLP | Fp8Linear | Fp8Embedding):
+                module.kernels = kernels
 
-    def set_attention_backend(self, backend: AttentionBackend) -> None:
+    def set_attention_backend(self, backend: AttentionBackend[Any]) -> None:
         """Let every layer attend through ``backend`` (the engine picks it per device)."""
         for module in self.modules():
             if isinstance(module, LlamaAttention):
                 module.backend = backend
+
+    def use_device_profile(self, profile: DeviceProfile) -> None:
+        """Swap the profile's choices into every layer, once, before the first step."""
+        self.set_attention_backend(profile.attention)
+        self.set_layer_kernels(profile.layer_kernels)
+        for module in self.modules():
+            if isinstance(module, Fp8Linear):
+                module.use_paths(scaled_mm=profile.fp8_scaled_mm, triton=profile.fp8_triton)
+            elif isinstance(module, Fp8Embedding):
+                module.use_paths(triton=profile.fp8_triton)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """(N, hidden) -> (N, vocab) float32."""

@@ -9,7 +9,7 @@ Start-up, in order (each wait bounded, a failed rank's traceback raised here):
 4. wait until every rank has loaded; later `allocate_kv_cache` sends the pool size and
    waits until every rank has its pool.
 
-Then each eager step, `broadcast` sends the step's `RunStep` and the model's all-reduces
+Then each eager step, `broadcast` sends the step's `StepInputs` and the model's all-reduces
 keep the ranks in lock step. `close` (also run at exit) sends `Shutdown`, joins the
 processes and terminates any that do not leave in time.
 """
@@ -33,6 +33,7 @@ import torch
 import torch.distributed as dist
 
 from inference.engine.engine_config import EngineConfig
+from inference.engine.step_inputs import StepInputs
 from inference.model.arch import ArchConfig
 from inference.model.llama import LlamaForCausalLM
 from inference.model.loader.gguf import GGUFCheckpoint
@@ -43,7 +44,7 @@ from inference.parallel.loading import (
     rank_device,
     read_arch,
 )
-from inference.parallel.messages import AllocateKVCache, Command, RunStep, Shutdown, WorkerStatus
+from inference.parallel.messages import AllocateKVCache, Command, Shutdown, WorkerStatus
 from inference.parallel.sharding import check_tensor_parallel, local_arch
 from inference.parallel.worker import worker_main
 
@@ -127,7 +128,7 @@ class TensorParallelGroup:
         self._send(AllocateKVCache(num_blocks, max_model_len))
         self._wait_for("ready", INIT_TIMEOUT.total_seconds())
 
-    def broadcast(self, step: RunStep) -> None:
+    def broadcast(self, step: StepInputs) -> None:
         """Send one step's inputs; every rank then runs the same forward pass."""
         self._send(step)
 

@@ -9,23 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
-
-@dataclass(frozen=True, slots=True)
-class RunStep:
-    """One forward pass: the flat batch of new tokens and its attention layout (host side).
-
-    Every rank builds the same tensors from it; block ids index every rank's KV pool,
-    since all pools have the same number of blocks.
-    """
-
-    input_ids: np.ndarray  # (T,) int64
-    positions: np.ndarray  # (T,) int64
-    slots: np.ndarray  # (T,) int64: block_id * block_size + offset
-    query_start_loc: list[int]  # (B + 1,)
-    seq_lens: list[int]  # (B,) context length after this step
-    block_tables: np.ndarray  # (B, max_blocks) int64, padded with 0
+from inference.engine.step_inputs import StepInputs
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +25,8 @@ class Shutdown:
     """Leave the loop, tear down the process group and exit."""
 
 
-Command = RunStep | AllocateKVCache | Shutdown
+# StepInputs: one forward pass (the engine's own step inputs, sent as they are).
+Command = StepInputs | AllocateKVCache | Shutdown
 
 
 @dataclass(frozen=True, slots=True)

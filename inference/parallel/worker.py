@@ -1,7 +1,7 @@
 """The loop of tensor-parallel ranks 1..N-1: receive a command, act, until Shutdown.
 
 A worker holds its share of the model and its own KV pool (its KV heads, rank 0's number
-of blocks, so block tables are shared). It never schedules or samples: for each `RunStep`
+of blocks, so block tables are shared). It never schedules or samples: for each `StepInputs`
 it runs the forward pass, whose all-reduces keep it in lock step with rank 0, and drops
 the result. It exits when told to, when rank 0's connection breaks, or when rank 0 dies.
 """
@@ -20,6 +20,7 @@ import torch.distributed as dist
 
 from inference.engine.engine_config import EngineConfig
 from inference.engine.model_runner import ModelRunner
+from inference.engine.step_inputs import StepInputs
 from inference.kernels.kv_cache import FP8_KV_DTYPE
 from inference.model.loader import checkpoint_kv_scales
 from inference.parallel.loading import (
@@ -28,7 +29,7 @@ from inference.parallel.loading import (
     load_rank_model,
     rank_device,
 )
-from inference.parallel.messages import AllocateKVCache, Command, RunStep, Shutdown, WorkerStatus
+from inference.parallel.messages import AllocateKVCache, Command, Shutdown, WorkerStatus
 from inference.parallel.sharding import local_arch
 
 log = logging.getLogger("inference.parallel")
@@ -41,7 +42,7 @@ def receive(control: dist.ProcessGroup) -> Command:
     box: list[object] = [None]
     dist.broadcast_object_list(box, src=0, group=control)
     command = box[0]
-    if not isinstance(command, RunStep | AllocateKVCache | Shutdown):
+    if not isinstance(command, StepInputs | AllocateKVCache | Shutdown):
         raise TypeError(f"unexpected tensor-parallel command {type(command).__name__}")
     return command
 
@@ -90,7 +91,7 @@ def worker_main(
     try:
         while True:
             command = receive(control)
-            if isinstance(command, RunStep):
+            if isinstance(command, StepInputs):
                 runner.forward_step(command)
             elif isinstance(command, Shutdown):
                 break

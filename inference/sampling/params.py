@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from inference.grammar.spec import Constraint
+
 
 @dataclass(slots=True)
 class SamplingParams:
@@ -11,7 +13,11 @@ class SamplingParams:
 
     ``temperature == 0`` is greedy. ``top_k`` of 0 or -1 disables top-k. ``stop`` strings
     are not included in the output text. ``logprobs`` / ``prompt_logprobs`` ask for the
-    chosen token's log-probability plus that many top alternatives.
+    chosen token's log-probability plus that many top alternatives. ``constraint`` limits
+    every sampled token to those its grammar allows, and ends the sample (finish reason
+    "stop") once the grammar is complete. ``speculative=False`` keeps this request out of
+    speculative decoding (its output is the same either way; a constrained request never
+    speculates).
     """
 
     n: int = 1
@@ -32,6 +38,10 @@ class SamplingParams:
     logprobs: int | None = None
     prompt_logprobs: int | None = None
     skip_special_tokens: bool = True
+    # Speculative decoding for this request, when the engine has it on (False: never).
+    speculative: bool = True
+    # Structured output: the text must match this (a JSON schema, regex, choice, grammar).
+    constraint: Constraint | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):

@@ -15,7 +15,7 @@ def _padded_ids(
     out = torch.full((len(id_lists), max(width, 1)), pad_id, dtype=torch.long)
     for row, ids in enumerate(id_lists):
         if ids:
-            out[row, : len(ids)] = torch.as_tensor(list(ids), dtype=torch.long)
+            out[row, : len(ids)] = torch.as_tensor(ids, dtype=torch.long)
     return out.to(device)
 
 

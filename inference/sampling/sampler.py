@@ -23,6 +23,7 @@ __all__ = [
     "SamplerOutput",
     "SamplingRow",
     "TokenLogprobs",
+    "has_adjustments",
     "make_generator",
     "token_logprobs",
 ]
@@ -30,13 +31,29 @@ __all__ = [
 
 @dataclass
 class SamplingRow:
-    """One sequence's inputs for this step."""
+    """One sequence's inputs for this step.
+
+    ``token_ids`` is the sequence's own list (prompt then output), read where a penalty
+    needs it and never copied: a row can be made once per sequence and reused every step.
+    """
 
     params: SamplingParams
-    prompt_token_ids: Sequence[int]
-    output_token_ids: Sequence[int]
+    token_ids: Sequence[int]
+    num_prompt_tokens: int
     generator: torch.Generator | None  # seeded from params.seed; None = unseeded
-    min_tokens_blocked_ids: frozenset[int]  # masked while len(output) < min_tokens
+    min_tokens_blocked_ids: frozenset[int]  # masked while the output is under min_tokens
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.token_ids) - self.num_prompt_tokens
+
+    def output_token_ids(self) -> Sequence[int]:
+        """The output so far (a copy: only presence/frequency penalties ask for it)."""
+        return self.token_ids[self.num_prompt_tokens :]
+
+    @property
+    def min_tokens_blocking(self) -> bool:
+        return self.num_output_tokens < self.params.min_tokens
 
 
 @dataclass
@@ -61,12 +78,21 @@ def _has_adjustments(row: SamplingRow) -> bool:
         or p.presence_penalty
         or p.frequency_penalty
         or p.logit_bias
-        or (len(row.output_token_ids) < p.min_tokens and row.min_tokens_blocked_ids)
+        or (row.min_tokens_blocking and row.min_tokens_blocked_ids)
     )
 
 
+def has_adjustments(row: SamplingRow) -> bool:
+    """Whether the row's logits change before sampling (penalties, bias, min_tokens)."""
+    return _has_adjustments(row)
+
+
 class Sampler:
-    """Turns a step's logits into tokens. Every adjustment is a batched tensor op."""
+    """Turns a step's logits into tokens. Every adjustment is a batched tensor op.
+
+    ``adjust`` and ``truncate`` are the two stages before a draw, for the speculative
+    verifier (sampling/speculative.py), which draws differently.
+    """
 
     def __init__(self, vocab_size: int) -> None:
         if vocab_size < 1:
@@ -102,18 +128,21 @@ class Sampler:
             return torch.tensor(values, device=device, dtype=logits.dtype).view(-1, 1)
 
         params = [row.params for row in rows]
+        # Each penalty's counts are built only when some row sets it, and only from the
+        # tokens of the rows that set it.
+        no_ids: list[int] = []
         if any(p.repetition_penalty != 1.0 for p in params):
-            seen = (
-                token_counts(
-                    [list(r.prompt_token_ids) + list(r.output_token_ids) for r in rows],
-                    vocab,
-                    device,
-                )
-                > 0
-            )
+            ids = [r.token_ids if r.params.repetition_penalty != 1.0 else no_ids for r in rows]
+            seen = token_counts(ids, vocab, device) > 0
             apply_repetition_penalty(logits, seen, column([p.repetition_penalty for p in params]))
         if any(p.presence_penalty or p.frequency_penalty for p in params):
-            counts = token_counts([r.output_token_ids for r in rows], vocab, device)
+            outputs = [
+                r.output_token_ids()
+                if r.params.presence_penalty or r.params.frequency_penalty
+                else no_ids
+                for r in rows
+            ]
+            counts = token_counts(outputs, vocab, device)
             apply_presence_frequency(
                 logits,
                 counts,
@@ -121,12 +150,7 @@ class Sampler:
                 column([p.frequency_penalty for p in params]),
             )
         apply_logit_bias(logits, [p.logit_bias for p in params], vocab)
-        blocked = [
-            r.min_tokens_blocked_ids
-            if len(r.output_token_ids) < r.params.min_tokens
-            else frozenset()
-            for r in rows
-        ]
+        blocked = [r.min_tokens_blocked_ids if r.min_tokens_blocking else frozenset() for r in rows]
         apply_min_tokens_block(logits, blocked, vocab)
         return logits
 
@@ -186,6 +210,14 @@ class Sampler:
         drop[:, 0] = False
         sorted_logits = sorted_logits.masked_fill(drop, -math.inf)
         return torch.full_like(scaled, -math.inf).scatter_(1, order, sorted_logits)
+
+    def adjust(self, logits: torch.Tensor, rows: list[SamplingRow]) -> torch.Tensor:
+        """Penalties, logit bias and min_tokens, in place on ``logits`` (len(rows), V)."""
+        return self._adjust(logits, rows)
+
+    def truncate(self, logits: torch.Tensor, rows: list[SamplingRow]) -> torch.Tensor:
+        """Temperature, top-k, top-p and min-p: the logits a draw is made from."""
+        return self._truncate(logits, rows)
 
     def _logprobs(
         self, raw: torch.Tensor, token_ids: torch.Tensor, rows: list[SamplingRow]

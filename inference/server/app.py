@@ -21,6 +21,7 @@ from inference.server.generation import ClientDisconnected
 from inference.server.metrics import CONTENT_TYPE
 from inference.server.middleware import WorkerMiddleware
 from inference.server.openapi import openapi_document
+from inference.server.prefixes import prefix_routes
 from inference.server.protocol import (
     DetokenizeRequest,
     DetokenizeResponse,
@@ -204,6 +205,7 @@ def create_app(
             ready,
             metrics,
             openapi,
+            *prefix_routes(worker, (TENANT_HEADER, TENANT_WEIGHT_HEADER), json_response),
         ],
         exception_handlers={APIError: _api_error, HTTPException: _http_error, Exception: _crash},
         on_startup=[startup],

@@ -37,6 +37,7 @@ from inference.server.protocol import (
     ChatResponseMessage,
     Role,
 )
+from inference.server.structured import constrain
 from inference.server.validation import (
     check_chat,
     check_prompt_fits,
@@ -74,6 +75,7 @@ async def create_chat_completion(
     params = to_sampling_params(
         request, max_tokens=max_tokens, logprobs=logprobs, vocab_size=engine.arch.vocab_size
     )
+    await constrain(engine, request, params)
     response_id = f"chatcmpl-{uuid.uuid4().hex}"
     handles = await submit(
         async_engine, response_id, [token_ids], params, tenant=tenant, prompt_param="messages"

@@ -15,21 +15,28 @@ from typing import Any
 
 import uvicorn
 
+from inference.secret_env import secret_from_env
+
 log = logging.getLogger("inference.server")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="HF directory or .gguf file")
     parser.add_argument("--tokenizer", help="tokenizer directory (default: the model's)")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8100)
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on; not loopback needs --api-key-env or --insecure-no-auth",
+    )
+    parser.add_argument("--port", type=int, default=8100, help="port to listen on")
     parser.add_argument(
         "--served-model-name", help="the model id clients send (default: its path stem)"
     )
     parser.add_argument(
         "--api-key-env",
         metavar="VAR",
-        help="require 'Authorization: Bearer $VAR' on the API; VAR must be set and not empty",
+        help="require 'Authorization: Bearer $VAR' on the API; VAR must be set and not empty, "
+        "or VAR_FILE name a file holding the token (a mounted secret)",
     )
     parser.add_argument(
         "--insecure-no-auth",
@@ -37,23 +44,101 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="allow a --host other than loopback without --api-key-env (anyone who can "
         "reach the port can then generate)",
     )
-    parser.add_argument("--dtype", default="auto")
-    parser.add_argument("--device", default="auto")
+    parser.add_argument(
+        "--dtype",
+        default="auto",
+        help="auto, float32, bfloat16 or float16: the weights' and activations' type",
+    )
+    parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
     parser.add_argument("--quantization", choices=["fp8"], help="FP8 linear weights")
-    parser.add_argument("--kv-cache-dtype", choices=["auto", "fp8"], default="auto")
+    parser.add_argument(
+        "--kv-cache-dtype",
+        choices=["auto", "fp8"],
+        default="auto",
+        help="fp8: K and V in e4m3, twice the tokens (auto: the model's dtype)",
+    )
     parser.add_argument(
         "--tensor-parallel-size", type=int, default=1, help="split the model over N processes"
     )
-    parser.add_argument("--max-model-len", type=int)
-    parser.add_argument("--max-num-seqs", type=int, default=256)
-    parser.add_argument("--max-num-batched-tokens", type=int)
-    parser.add_argument("--block-size", type=int, default=16)
-    parser.add_argument("--kv-cache-memory-bytes", type=int)
-    parser.add_argument("--no-enable-prefix-caching", action="store_true")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--max-model-len", type=int, help="context length (default: the model's own)"
+    )
+    parser.add_argument(
+        "--max-num-seqs", type=int, default=256, help="sequences in one batch at most"
+    )
+    parser.add_argument(
+        "--max-num-batched-tokens",
+        type=int,
+        help="tokens in one step at most (default: max(2048, max model len))",
+    )
+    parser.add_argument(
+        "--step-time-budget-ms",
+        type=float,
+        default=250.0,
+        help="plan each step to take about this long: decodes and short (or cached-prefix) "
+        "prefills first, long prompts in chunks sized to fit, shared between tenants "
+        "(0: fill each step up to --max-num-batched-tokens, as for offline throughput)",
+    )
+    parser.add_argument(
+        "--block-size", type=int, default=16, help="tokens per KV block: 8, 16, 32, 64 or 128"
+    )
+    parser.add_argument(
+        "--kv-cache-memory-bytes",
+        type=int,
+        help="the KV pool's size per rank (default: 0.9 of free memory on CUDA, 0.1 on CPU)",
+    )
+    parser.add_argument(
+        "--no-enable-prefix-caching",
+        action="store_true",
+        help="turn off automatic prefix caching (and with it pinned prefixes)",
+    )
+    parser.add_argument(
+        "--max-pinned-fraction",
+        type=float,
+        default=0.5,
+        help="at most this fraction of the KV blocks is held by pinned prefixes (0 to <1)",
+    )
+    parser.add_argument(
+        "--speculative",
+        choices=["ngram", "draft"],
+        help="speculative decoding: ngram proposes tokens found earlier in the sequence, "
+        "draft those a smaller model (--draft-model) predicts",
+    )
+    parser.add_argument(
+        "--draft-model",
+        help="with --speculative draft: HF directory or .gguf file of a smaller model with "
+        "the same tokenizer",
+    )
+    parser.add_argument(
+        "--draft-kv-cache-fraction",
+        type=float,
+        default=1.0,
+        help="the draft model's KV pool holds this fraction of the target pool's tokens "
+        "(0 to 1; one memory budget covers both)",
+    )
+    parser.add_argument(
+        "--num-speculative-tokens", type=int, default=3, help="k: tokens proposed per step"
+    )
+    parser.add_argument(
+        "--ngram-min",
+        type=int,
+        default=1,
+        help="shortest repeated n-gram that proposes (larger: fewer, surer proposals)",
+    )
+    parser.add_argument(
+        "--speculative-max-batch",
+        type=int,
+        help="speculate only in steps with at most this many sequences running",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="accepted as vLLM's is; the engine does not use it (a request's own seed does)",
+    )
     parser.add_argument("--max-queue", type=int, help="503 with Retry-After while this many wait")
     parser.add_argument("--drain-timeout", type=float, default=30.0, help="seconds (SIGTERM)")
-    parser.add_argument("--log-level", default="info")
+    parser.add_argument("--log-level", default="info", help="debug, info, warning or error")
     parser.set_defaults(run=run)
 
 
@@ -64,9 +149,11 @@ def engine_config_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "dtype": args.dtype,
         "device": args.device,
         "enable_prefix_caching": not args.no_enable_prefix_caching,
+        "max_pinned_fraction": args.max_pinned_fraction,
         "block_size": args.block_size,
         "max_num_seqs": args.max_num_seqs,
         "max_num_batched_tokens": args.max_num_batched_tokens,
+        "step_time_budget_ms": args.step_time_budget_ms or None,
         "max_model_len": args.max_model_len,
         "kv_cache_memory_bytes": args.kv_cache_memory_bytes,
         "quantization": args.quantization,
@@ -74,6 +161,13 @@ def engine_config_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "tensor_parallel_size": args.tensor_parallel_size,
         "seed": args.seed,
         "progress": False,
+        "speculative": args.speculative,
+        "num_speculative_tokens": args.num_speculative_tokens,
+        "ngram_min": args.ngram_min,
+        "speculative_max_batch": args.speculative_max_batch,
+        "ngram_max": max(3, args.ngram_min),
+        "draft_model": args.draft_model,
+        "draft_kv_cache_fraction": args.draft_kv_cache_fraction,
     }
     return kwargs
 
@@ -99,10 +193,11 @@ def settings_from(args: argparse.Namespace) -> Any:
         )
     api_key = None
     if args.api_key_env:
-        api_key = os.environ.get(args.api_key_env)
+        var = args.api_key_env
+        api_key = secret_from_env(os.environ, var)  # SecretFileError is a ValueError
         if not api_key:
             # Refuse rather than serve unauthenticated when a key was asked for.
-            raise ValueError(f"--api-key-env {args.api_key_env}: that variable is not set")
+            raise ValueError(f"--api-key-env {var}: neither {var} nor {var}_FILE is set")
     return ServerSettings(
         served_model_name=args.served_model_name or Path(args.model).stem,
         api_key=api_key,
@@ -124,6 +219,10 @@ def run(args: argparse.Namespace) -> int:
         raise FileNotFoundError(f"--model {args.model}: no such file or directory")
     settings = settings_from(args)
     config = EngineConfig(**engine_config_kwargs(args))
+    if config.draft_model is not None:  # a draft with another tokenizer: refused here
+        from inference.engine.draft_model import check_draft_tokenizer
+
+        check_draft_tokenizer(config.model, config.tokenizer, config.draft_model)
 
     def load() -> Any:
         from inference.engine.llm_engine import LLMEngine

@@ -26,6 +26,7 @@ from inference.server.generation import (
 )
 from inference.server.logprobs import completion_logprobs
 from inference.server.protocol import Completion, CompletionChoice, CompletionRequest
+from inference.server.structured import constrain
 from inference.server.validation import (
     check_completion,
     check_prompt_fits,
@@ -59,6 +60,7 @@ async def create_completion(
         logprobs=request.logprobs,
         vocab_size=engine.arch.vocab_size,
     )
+    await constrain(engine, request, params)
     response_id = f"cmpl-{uuid.uuid4().hex}"
     handles = await submit(
         async_engine, response_id, prompts, params, tenant=tenant, prompt_param="prompt"

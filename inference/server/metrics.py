@@ -40,7 +40,8 @@ class _EngineCollector(Collector):
         if engine is None:  # still loading
             return
         scheduler = engine.scheduler
-        gauges = (
+        bm = scheduler.block_manager
+        gauges: tuple[tuple[str, str, float], ...] = (
             ("requests_running", "Sequences being generated.", scheduler.num_running),
             ("requests_waiting", "Sequences waiting to be scheduled.", scheduler.num_waiting),
             (
@@ -49,18 +50,43 @@ class _EngineCollector(Collector):
                 scheduler.block_manager.usage,
             ),
             ("kv_cache_capacity_tokens", "Tokens the KV cache holds.", engine.kv_capacity_tokens),
-        )
+            ("prefix_cache_pinned_blocks", "KV blocks held by pinned prefixes (never evicted).",
+             bm.num_pinned_blocks),
+            ("prefix_cache_pinned_prefixes", "Prefixes pinned (POST /v1/internal/prefixes).",
+             len(bm.pins)),
+            ("prefix_cache_max_pinned_blocks", "The cap on pinned blocks (--max-pinned-fraction).",
+             bm.max_pinned_blocks),
+        )  # fmt: skip
+        spec = getattr(engine, "spec", None)
+        if spec is not None:
+            gauges += (
+                ("spec_decode_acceptance_rate",
+                 "Proposed tokens accepted by the target, over those proposed (0 to 1).",
+                 spec.stats.acceptance_rate),
+                ("spec_decode_mean_accepted_length",
+                 "Tokens a verify step emits on average (accepted proposals plus one).",
+                 spec.stats.mean_accepted_length),
+            )  # fmt: skip
         for name, doc, value in gauges:
             family = GaugeMetricFamily(f"{PREFIX}_{name}", doc, labels=["model"])
             family.add_metric([self._model], float(value))
             yield family
-        counters = (
+        counters: tuple[tuple[str, str, float], ...] = (
             ("prefix_cache_queries", "Prompt tokens looked up in the prefix cache.",
              scheduler.prefix_cache_queries),
             ("prefix_cache_hits", "Prompt tokens found in the prefix cache.",
              scheduler.prefix_cache_hits),
             ("preemptions", "Sequences preempted to free KV cache.", scheduler.num_preemptions),
         )  # fmt: skip
+        if spec is not None:
+            counters += (
+                ("spec_decode_proposed_tokens", "Tokens proposed for verification.",
+                 spec.stats.num_proposed_tokens),
+                ("spec_decode_accepted_tokens", "Proposed tokens the target accepted.",
+                 spec.stats.num_accepted_tokens),
+                ("spec_decode_verify_steps", "Sequence-steps that verified proposed tokens.",
+                 spec.stats.num_verify_steps),
+            )  # fmt: skip
         for name, doc, value in counters:
             counter = CounterMetricFamily(f"{PREFIX}_{name}", doc, labels=["model"])
             counter.add_metric([self._model], float(value))

@@ -21,6 +21,10 @@ from inference.server.protocol import (
     DetokenizeRequest,
     DetokenizeResponse,
     ModelList,
+    Prefix,
+    PrefixDeleted,
+    PrefixList,
+    PrefixRequest,
     TokenizeRequest,
     TokenizeResponse,
 )
@@ -71,6 +75,7 @@ def openapi_document() -> bytes:
     structs: list[Any] = [
         CompletionRequest, Completion, ChatCompletionRequest, ChatCompletion,
         TokenizeRequest, TokenizeResponse, DetokenizeRequest, DetokenizeResponse, ModelList,
+        PrefixRequest, Prefix, PrefixDeleted, PrefixList,
     ]  # fmt: skip
     _, components = msgspec.json.schema_components(structs, ref_template=_REF)
     components["Error"] = _ERROR
@@ -99,6 +104,26 @@ def openapi_document() -> bytes:
             "/tokenize": {"post": _post("TokenizeRequest", "TokenizeResponse", [])},
             "/detokenize": {"post": _post("DetokenizeRequest", "DetokenizeResponse", [])},
             "/v1/models": {"get": {"responses": _responses(_json("ModelList"))}},
+            "/v1/internal/prefixes": {
+                "post": _with(
+                    _post("PrefixRequest", "Prefix", generation_headers[1:3]),
+                    "409",
+                    "Pinning would pass the cap (code pin_capacity_exceeded)",
+                ),
+                "get": {"responses": _responses(_json("PrefixList"))},
+            },
+            "/v1/internal/prefixes/{pin_id}": {
+                "delete": _with(
+                    {
+                        "parameters": [
+                            {"name": "pin_id", "in": "path", "required": True, "schema": _TEXT}
+                        ],
+                        "responses": _responses(_json("PrefixDeleted")),
+                    },
+                    "404",
+                    "No pinned prefix has this id",
+                )
+            },
             "/health": _probe("200 while the process is alive"),
             "/ready": _probe("Takes requests", not_ready="Loading, draining or failed"),
             "/metrics": _probe("Prometheus text format", media_type="text/plain"),
@@ -120,6 +145,12 @@ def _responses(ok: dict[str, Any]) -> dict[str, Any]:
         "401": {"description": "Missing or wrong bearer token", **error},
         "503": {"description": "Loading, draining or overloaded (Retry-After)", **error},
     }
+
+
+def _with(operation: dict[str, Any], status: str, description: str) -> dict[str, Any]:
+    """``operation`` with one more error answer (OpenAI's error body)."""
+    operation["responses"][status] = {"description": description, "content": _json("Error")}
+    return operation
 
 
 def _post(

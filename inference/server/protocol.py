@@ -20,6 +20,31 @@ class StreamOptions(Struct, forbid_unknown_fields=True):
     include_usage: bool = False
 
 
+class JsonSchemaFormat(Struct, forbid_unknown_fields=True):
+    name: str
+    # msgspec names the field "schema" in JSON as in Python; Any: checked in structured.py.
+    schema: Any = None
+    description: str | None = None
+    strict: bool | None = None
+
+
+class TextFormat(Struct, tag="text", tag_field="type", forbid_unknown_fields=True):
+    pass
+
+
+class JsonObjectFormat(Struct, tag="json_object", tag_field="type", forbid_unknown_fields=True):
+    pass
+
+
+class JsonSchemaResponseFormat(
+    Struct, tag="json_schema", tag_field="type", forbid_unknown_fields=True
+):
+    json_schema: JsonSchemaFormat
+
+
+ResponseFormat = TextFormat | JsonObjectFormat | JsonSchemaResponseFormat
+
+
 class SamplingFields(Struct, kw_only=True, forbid_unknown_fields=True):
     """What chat and completions requests share: OpenAI's fields, then vLLM's extras."""
 
@@ -44,8 +69,15 @@ class SamplingFields(Struct, kw_only=True, forbid_unknown_fields=True):
     ignore_eos: bool = False
     stop_token_ids: list[int] | None = None
     skip_special_tokens: bool = True
+    # Ours: false keeps the request out of speculative decoding (same output either way).
+    speculative: bool = True
+    # Structured outputs (at most one): OpenAI's response_format, then vLLM's guided_*.
+    response_format: ResponseFormat | None = None
+    guided_json: Any = None  # a JSON schema, as an object or as JSON text
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
+    guided_grammar: str | None = None  # Lark (or llama.cpp's GBNF)
     # Known, not implemented: rejected by name.
-    response_format: Any = None
     best_of: Any = None
     suffix: Any = None
     metadata: Any = None
@@ -230,3 +262,48 @@ class ModelCard(Struct):
 class ModelList(Struct):
     data: list[ModelCard]
     object: str = "list"
+
+
+# -- pinned prefixes (/v1/internal/prefixes, for the gateway) ------------------------------
+
+TokenId = Annotated[int, msgspec.Meta(ge=0)]
+
+
+class PrefixRequest(Struct, kw_only=True, forbid_unknown_fields=True):
+    """Exactly one of ``messages`` (rendered without the generation prompt), ``prompt``
+    (encoded as /v1/completions encodes a string) and ``prompt_token_ids``."""
+
+    model: str | None = None
+    messages: Annotated[list[ChatMessage], NOT_EMPTY] | None = None
+    prompt: Annotated[str, NOT_EMPTY] | None = None
+    prompt_token_ids: Annotated[list[TokenId], NOT_EMPTY] | None = None
+
+
+class Prefix(Struct, kw_only=True):
+    id: str
+    object: Literal["prefix"] = "prefix"
+    num_tokens: int
+    pinned_tokens: int
+    pinned_blocks: int
+    cached_tokens: int  # of the prompt, cached before this warm-up (no prefill for those)
+
+
+class PrefixDeleted(Struct, kw_only=True):
+    id: str
+    object: Literal["prefix"] = "prefix"
+    deleted: bool = True
+    unpinned_blocks: int
+
+
+class PrefixSummary(Struct):
+    id: str
+    num_tokens: int
+    pinned_tokens: int
+    pinned_blocks: int
+
+
+class PrefixList(Struct, kw_only=True):
+    object: Literal["list"] = "list"
+    data: list[PrefixSummary]
+    pinned_blocks: int  # distinct blocks: two prefixes sharing blocks count them once
+    max_pinned_blocks: int

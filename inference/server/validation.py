@@ -73,8 +73,6 @@ def _validation_error(message: str) -> APIError:
 
 def check_common(request: SamplingFields) -> None:
     """Rules both endpoints share that SamplingParams does not know about."""
-    if request.response_format is not None:
-        raise unsupported("response_format", "is not supported yet")
     if request.suffix is not None:
         raise unsupported("suffix")
     if request.best_of is not None and request.best_of != request.n:
@@ -189,6 +187,7 @@ def to_sampling_params(
             ignore_eos=request.ignore_eos,
             logprobs=logprobs,
             skip_special_tokens=request.skip_special_tokens,
+            speculative=request.speculative,
         )
     except ValueError as exc:
         message = str(exc)

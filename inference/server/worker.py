@@ -80,7 +80,7 @@ class Worker:
             raise APIError(f"The model is {reason}", status=503, headers=self._retry())
         return self.engine
 
-    def accept(self, model: str) -> AsyncEngine:
+    def accept(self, model: str | None) -> AsyncEngine:
         """Admission for a generation request: the right model, not draining, queue room."""
         async_engine = self.require_engine()
         if self.draining:

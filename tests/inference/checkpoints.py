@@ -109,7 +109,7 @@ def train_tokenizer(vocab_size: int) -> Tokenizer:
     return tokenizer
 
 
-def _write_tokenizer(directory: Path, vocab_size: int) -> None:
+def _write_tokenizer(directory: Path, vocab_size: int, max_length: int) -> None:
     tokenizer = train_tokenizer(vocab_size)
     for token_id, token in enumerate(SPECIAL_TOKENS):
         if tokenizer.token_to_id(token) != token_id:
@@ -122,14 +122,19 @@ def _write_tokenizer(directory: Path, vocab_size: int) -> None:
         "pad_token": SPECIAL_TOKENS[PAD_ID],
         "unk_token": SPECIAL_TOKENS[PAD_ID],
         "chat_template": CHATML_TEMPLATE,
-        "model_max_length": COMMON["max_position_embeddings"],
+        "model_max_length": max_length,
     }
     (directory / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2))
 
 
-def make_checkpoint(kind: str, directory: Path, *, seed: int = 0) -> Path:
-    """Write a tiny random `kind` checkpoint into `directory` and return the directory."""
+def make_checkpoint(
+    kind: str, directory: Path, *, seed: int = 0, max_position_embeddings: int | None = None
+) -> Path:
+    """Write a tiny random `kind` checkpoint into `directory` and return the directory;
+    ``max_position_embeddings`` widens its context (a long system prompt's tests)."""
     config = _config(kind)
+    if max_position_embeddings is not None:
+        config.max_position_embeddings = max_position_embeddings
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     with torch.no_grad():
@@ -142,5 +147,5 @@ def make_checkpoint(kind: str, directory: Path, *, seed: int = 0) -> Path:
     model.save_pretrained(directory, safe_serialization=True)
     generation_config = {"bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "pad_token_id": PAD_ID}
     (directory / "generation_config.json").write_text(json.dumps(generation_config, indent=2))
-    _write_tokenizer(directory, config.vocab_size)
+    _write_tokenizer(directory, config.vocab_size, config.max_position_embeddings)
     return directory

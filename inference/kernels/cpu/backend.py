@@ -16,10 +16,17 @@ layer instead of once per sequence.
 from __future__ import annotations
 
 import ctypes
+from dataclasses import dataclass
 
+import numpy as np
 import torch
 
-from inference.kernels.attention import AttentionMetadata, TorchAttentionBackend
+from inference.kernels.attention import (
+    PagedLayout,
+    TorchAttentionBackend,
+    TorchAttentionMetadata,
+    build_torch_metadata,
+)
 from inference.kernels.cpu.cascade import fold, own_chunk_attention, shared_prefix_attention
 from inference.kernels.kv_cache import FP8_KV_DTYPE, KVCache, kv_scales
 
@@ -28,20 +35,83 @@ _DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2, FP8_KV_DT
 CASCADE_MIN_TOKENS = 64
 
 
-class CpuAttentionBackend(TorchAttentionBackend):
+@dataclass
+class CpuAttentionMetadata:
+    """The torch path's metadata (the kernel reads its decode rows, blocks and lengths; the
+    torch fallback the rest) and the blocks that the cascade can read once for all."""
+
+    base: TorchAttentionMetadata
+    # Leading blocks that every decode's table shares (a cached system prompt, say), short
+    # of each decode's last token; 0 with fewer than two decodes.
+    decode_shared_blocks: int = 0
+    # Leading blocks that every prefill chunk's table shares, all of them cached before the
+    # chunks (a system prompt hit in the prefix cache); 0 with fewer than two chunks.
+    prefill_shared_blocks: int = 0
+
+    @property
+    def slot_mapping(self) -> torch.Tensor:
+        return self.base.slot_mapping
+
+
+def build_cpu_metadata(layout: PagedLayout, device: torch.device) -> CpuAttentionMetadata:
+    meta = CpuAttentionMetadata(build_torch_metadata(layout, device))
+    base, tables = meta.base, layout.block_tables
+    if len(base.decode_seqs) > 1:
+        lens = [layout.seq_lens[i] for i in base.decode_seqs]
+        num_blocks = -(-max(lens) // layout.block_size)
+        limit = (min(lens) - 1) // layout.block_size
+        meta.decode_shared_blocks = _leading_shared(tables[base.decode_seqs, :num_blocks], limit)
+    if len(base.prefill_seqs) > 1:
+        seqs = base.prefill_seqs
+        cached = min(layout.seq_lens[i] - layout.query_len(i) for i in seqs) // layout.block_size
+        if cached > 0:
+            meta.prefill_shared_blocks = _leading_shared(tables[seqs, :cached], cached)
+    return meta
+
+
+def _leading_shared(tables: np.ndarray, limit: int) -> int:
+    """How many leading columns of ``tables`` (rows of block ids) all rows agree on."""
+    same = (tables == tables[:1]).all(axis=0)
+    return min(int(same.cumprod().sum()), limit)
+
+
+class CpuAttentionBackend:
     def __init__(self, library: ctypes.CDLL) -> None:
         self._kernel = library.paged_decode_attention
+        self._torch = TorchAttentionBackend()  # the reference, for what the kernels skip
+
+    def build_metadata(self, layout: PagedLayout, device: torch.device) -> CpuAttentionMetadata:
+        return build_cpu_metadata(layout, device)
+
+    def write_kv(
+        self, key: torch.Tensor, value: torch.Tensor, cache: KVCache, slot_mapping: torch.Tensor
+    ) -> None:
+        self._torch.write_kv(key, value, cache, slot_mapping)
+
+    def forward(
+        self, query: torch.Tensor, cache: KVCache, meta: CpuAttentionMetadata, scale: float
+    ) -> torch.Tensor:
+        """query (T, Hq, D) -> attention output (T, Hq, D) over each sequence's context."""
+        num_heads, num_kv_heads = query.shape[1], cache[0].shape[2]
+        if num_heads % num_kv_heads:
+            raise ValueError(f"{num_heads} query heads do not group over {num_kv_heads}")
+        out = torch.empty_like(query)
+        if meta.base.decode_seqs:
+            self.decode(query, cache, meta, scale, out)
+        self.prefill(query, cache, meta, scale, out, meta.base.prefill_seqs)
+        return out
 
     def decode(
         self,
         query: torch.Tensor,
         cache: KVCache,
-        meta: AttentionMetadata,
+        meta: CpuAttentionMetadata,
         scale: float,
         out: torch.Tensor,
     ) -> None:
         key_cache, value_cache = cache
-        rows, blocks, lens = meta.decode_rows, meta.decode_blocks, meta.decode_lens
+        base = meta.base
+        rows, blocks, lens = base.decode_rows, base.decode_blocks, base.decode_lens
         if rows is None or blocks is None or lens is None:
             return
         if (
@@ -54,7 +124,7 @@ class CpuAttentionBackend(TorchAttentionBackend):
             or not (key_cache.is_contiguous() and value_cache.is_contiguous())
             or blocks.stride(1) != 1
         ):
-            super().decode(query, cache, meta, scale, out)
+            self._torch.decode(query, cache, base, scale, out)
             return
         k_scale, v_scale = kv_scales(cache)
         _, block_size, num_kv_heads, head_dim = key_cache.shape
@@ -100,7 +170,7 @@ class CpuAttentionBackend(TorchAttentionBackend):
         self,
         query: torch.Tensor,
         cache: KVCache,
-        meta: AttentionMetadata,
+        meta: CpuAttentionMetadata,
         scale: float,
         out: torch.Tensor,
         seqs: list[int],
@@ -108,29 +178,30 @@ class CpuAttentionBackend(TorchAttentionBackend):
         """Chunks that are all of their context past the shared blocks go through the
         cascade; any other chunk through the torch path."""
         block_size = cache[0].shape[1]
+        base = meta.base
         shared = meta.prefill_shared_blocks
         skip = shared * block_size
-        starts = meta.query_start_loc
-        cascade = [i for i in seqs if meta.seq_lens[i] - (starts[i + 1] - starts[i]) == skip]
+        starts = base.query_start_loc
+        cascade = [i for i in seqs if base.seq_lens[i] - (starts[i + 1] - starts[i]) == skip]
         if skip < CASCADE_MIN_TOKENS or len(cascade) < 2:
-            super().prefill(query, cache, meta, scale, out, seqs)
+            self._torch.prefill(query, cache, base, scale, out, seqs)
             return
         rows = torch.cat([torch.arange(starts[i], starts[i + 1]) for i in cascade])
         queries = query.index_select(0, rows)
         prior, prior_lse = shared_prefix_attention(
-            queries, cache, meta.block_tables[cascade[0], :shared], scale
+            queries, cache, base.block_tables[cascade[0], :shared], scale
         )
         at = 0
         for i in cascade:
             length = starts[i + 1] - starts[i]
-            own_blocks = meta.block_tables[i, shared : -(-meta.seq_lens[i] // block_size)]
+            own_blocks = base.block_tables[i, shared : -(-base.seq_lens[i] // block_size)]
             own, own_lse = own_chunk_attention(queries[at : at + length], cache, own_blocks, scale)
             mine = slice(at, at + length)
             out[starts[i] : starts[i + 1]] = fold(prior[mine], prior_lse[mine], own, own_lse)
             at += length
         rest = [i for i in seqs if i not in cascade]
         if rest:
-            super().prefill(query, cache, meta, scale, out, rest)
+            self._torch.prefill(query, cache, base, scale, out, rest)
 
 
 def _rows_of_heads(x: torch.Tensor) -> bool:

@@ -1,6 +1,6 @@
 """The decoder's elementwise layers through layers.c: one pass each instead of several ops.
 
-A model on the CPU is handed a `CpuLayerKernels` (`LlamaForCausalLM.set_layer_kernels`);
+A model on the CPU is handed a `CpuLayerKernels` by its device profile (`profile.py`);
 its RMSNorm, SiLU-and-multiply and rotary call these for float32 and bfloat16 tensors on
 the CPU, and fall back to their torch code for anything else. Each kernel rounds where the
 torch code rounds (see layers.c), so both give the same results up to float32 ordering.

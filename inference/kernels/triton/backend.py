@@ -1,12 +1,13 @@
 """TritonAttentionBackend: the GPU path behind `AttentionBackend`.
 
-A step's metadata is turned into a few small device tensors once (the plan) and reused by
-every layer: the model calls the backend once per layer with the same metadata object.
+A step's layout is turned into a few small device tensors once (`build_metadata`) and
+reused by every layer: the model calls the backend once per layer with the same metadata.
 Decodes (one new token) go to the paged decode kernel, longer chunks to the chunk kernel,
 and new keys and values are written by `reshape_and_cache`, all straight on the pools.
 
-A CUDA graph captures a forward whose plan it made itself from static buffers (`bind`), so
-that replays read the current lengths and block tables instead of the ones at capture.
+A CUDA graph captures a forward over metadata whose tensors are its own static buffers
+(`DecodeBuffers`), so that replays read the current lengths and block tables instead of
+the ones at capture.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from inference.kernels.attention import AttentionMetadata
+from inference.kernels.attention import PagedLayout
 from inference.kernels.kv_cache import kv_scales
 from inference.kernels.triton.chunk_attention import chunk_attention
 from inference.kernels.triton.decode_attention import paged_decode_attention
@@ -28,9 +29,12 @@ CPU_TARGET_PROGRAMS = 8
 
 
 @dataclass(frozen=True, slots=True)
-class StepPlan:
-    """The device tensors and bounds one step's kernels need (int32, on the pools' device)."""
+class TritonAttentionMetadata:
+    """The device tensors and bounds one step's kernels need (int32 unless said, on the
+    pools' device): everything this backend reads, made once per step."""
 
+    slot_mapping: torch.Tensor  # (T,) int64
+    block_tables: torch.Tensor  # (B, max_blocks) int64
     seq_lens: torch.Tensor  # (B,) context length after this step
     query_start_loc: torch.Tensor  # (B + 1,)
     decode_seq_idx: torch.Tensor  # (Bd,) which sequences decode
@@ -39,37 +43,31 @@ class StepPlan:
     prefill_seq_idx: torch.Tensor  # (Bp,) which sequences run a chunk
     max_query_len: int  # bound on the chunks' lengths
 
-    @classmethod
-    def from_metadata(cls, meta: AttentionMetadata, device: torch.device) -> StepPlan:
-        """One host-to-device copy of everything, from the metadata's host-side lists."""
-        num_seqs = len(meta.seq_lens)
-        decode_rows = [meta.query_start_loc[i] for i in meta.decode_seqs]
-        packed = torch.tensor(
-            [
-                *meta.seq_lens,
-                *meta.query_start_loc,
-                *meta.decode_seqs,
-                *decode_rows,
-                *meta.prefill_seqs,
-            ],
-            dtype=torch.int32,
-        ).to(device, non_blocking=True)
-        num_decodes = len(meta.decode_seqs)
-        seq_lens, query_start_loc, decode_seq_idx, rows, prefill_seq_idx = packed.split(
-            [num_seqs, num_seqs + 1, num_decodes, num_decodes, len(meta.prefill_seqs)]
-        )
-        query_lens = [
-            meta.query_start_loc[i + 1] - meta.query_start_loc[i] for i in range(num_seqs)
-        ]
-        return cls(
-            seq_lens=seq_lens,
-            query_start_loc=query_start_loc,
-            decode_seq_idx=decode_seq_idx,
-            decode_rows=rows,
-            max_decode_len=max((meta.seq_lens[i] for i in meta.decode_seqs), default=0),
-            prefill_seq_idx=prefill_seq_idx,
-            max_query_len=max((query_lens[i] for i in meta.prefill_seqs), default=0),
-        )
+
+def build_triton_metadata(layout: PagedLayout, device: torch.device) -> TritonAttentionMetadata:
+    """One host-to-device copy of the int32 fields, from the layout's host-side lists."""
+    num_seqs = layout.num_seqs
+    decode_seqs, prefill_seqs = layout.decode_seqs, layout.prefill_seqs
+    decode_rows = [layout.query_start_loc[i] for i in decode_seqs]
+    packed = torch.tensor(
+        [*layout.seq_lens, *layout.query_start_loc, *decode_seqs, *decode_rows, *prefill_seqs],
+        dtype=torch.int32,
+    ).to(device, non_blocking=True)
+    num_decodes = len(decode_seqs)
+    seq_lens, query_start_loc, decode_seq_idx, rows, prefill_seq_idx = packed.split(
+        [num_seqs, num_seqs + 1, num_decodes, num_decodes, len(prefill_seqs)]
+    )
+    return TritonAttentionMetadata(
+        slot_mapping=torch.from_numpy(layout.slots).to(device),
+        block_tables=torch.from_numpy(layout.block_tables).to(device),
+        seq_lens=seq_lens,
+        query_start_loc=query_start_loc,
+        decode_seq_idx=decode_seq_idx,
+        decode_rows=rows,
+        max_decode_len=max((layout.seq_lens[i] for i in decode_seqs), default=0),
+        prefill_seq_idx=prefill_seq_idx,
+        max_query_len=max((layout.query_len(i) for i in prefill_seqs), default=0),
+    )
 
 
 class TritonAttentionBackend:
@@ -91,18 +89,10 @@ class TritonAttentionBackend:
         self.decode_block_n = decode_block_n
         self.chunk_block_m = chunk_block_m
         self.chunk_block_n = chunk_block_n
-        self._plan: tuple[AttentionMetadata, StepPlan] | None = None
         self._scales: dict[tuple[torch.device, float], torch.Tensor] = {}
 
-    def bind(self, meta: AttentionMetadata, plan: StepPlan) -> None:
-        """Use ``plan`` for ``meta`` (a CUDA graph's static buffers) instead of deriving one."""
-        self._plan = (meta, plan)
-
-    def plan(self, meta: AttentionMetadata, device: torch.device) -> StepPlan:
-        # Held by reference, so a new step's metadata can never be mistaken for this one.
-        if self._plan is None or self._plan[0] is not meta:
-            self._plan = (meta, StepPlan.from_metadata(meta, device))
-        return self._plan[1]
+    def build_metadata(self, layout: PagedLayout, device: torch.device) -> TritonAttentionMetadata:
+        return build_triton_metadata(layout, device)
 
     def write_kv(
         self,
@@ -119,12 +109,11 @@ class TritonAttentionBackend:
         self,
         query: torch.Tensor,
         cache: tuple[torch.Tensor, torch.Tensor],
-        meta: AttentionMetadata,
+        meta: TritonAttentionMetadata,
         scale: float,
     ) -> torch.Tensor:
         """query (T, Hq, D) -> attention output (T, Hq, D) over each sequence's context."""
         key_cache, value_cache = cache
-        plan = self.plan(meta, query.device)
         k_scale, v_scale = self._scale_tensors(cache, query.device)
         out = torch.empty_like(query)
         paged_decode_attention(
@@ -133,11 +122,11 @@ class TritonAttentionBackend:
             key_cache,
             value_cache,
             meta.block_tables,
-            plan.seq_lens,
-            plan.decode_seq_idx,
-            plan.decode_rows,
+            meta.seq_lens,
+            meta.decode_seq_idx,
+            meta.decode_rows,
             scale,
-            max_seq_len=plan.max_decode_len,
+            max_seq_len=meta.max_decode_len,
             k_scale=k_scale,
             v_scale=v_scale,
             block_n=self.decode_block_n,
@@ -149,11 +138,11 @@ class TritonAttentionBackend:
             key_cache,
             value_cache,
             meta.block_tables,
-            plan.seq_lens,
-            plan.query_start_loc,
-            plan.prefill_seq_idx,
+            meta.seq_lens,
+            meta.query_start_loc,
+            meta.prefill_seq_idx,
             scale,
-            max_query_len=plan.max_query_len,
+            max_query_len=meta.max_query_len,
             k_scale=k_scale,
             v_scale=v_scale,
             block_m=self.chunk_block_m,

@@ -15,7 +15,8 @@ blocks) load that way, each block's scale repeated over its rows.
   activation dtype on the fly, one layer at a time.
 - CUDA 8.9+: ``torch._scaled_mm`` on FP8 tensor cores, with each token's activations
   quantized to e4m3 under its own scale (dynamic, per token) or under the checkpoint's
-  static ``input_scale``. Any failure there falls back to the dequantizing path for good.
+  static ``input_scale``. Whether it runs is probed once, when the device profile is
+  chosen (`inference/kernels/profile.py`, `use_paths`); a layer never changes path later.
 
 `quantize_model_fp8` (in `apply.py`) swaps every `FusedLinear` of a loaded model for an
 `Fp8Linear`, the shape of gpt-fast's weight-only int8 handler. Quantizing, dequantizing
@@ -24,7 +25,6 @@ and the grouped matmul are in `fp8_math.py`.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -43,10 +43,6 @@ from inference.model.quant.fp8_math import (
 
 if TYPE_CHECKING:
     from inference.kernels.cpu.layers import CpuLayerKernels
-
-log = logging.getLogger("inference.model.quant")
-
-SCALED_MM_CAPABILITY = (8, 9)
 
 
 class Fp8Linear(nn.Module):
@@ -110,8 +106,15 @@ class Fp8Linear(nn.Module):
             else None
         )
         self._grouped_matmul = GroupedFp8Matmul()
-        # torch._scaled_mm takes per-row weight scales only.
-        self._use_scaled_mm = group_size is None and _scaled_mm_supported(device, in_features, out)
+        self._use_scaled_mm = False  # until a device profile says otherwise (`use_paths`)
+
+    def use_paths(self, *, scaled_mm: bool, triton: bool) -> None:
+        """The device profile's FP8 paths, fixed for every later call: ``torch._scaled_mm``
+        where it runs (it takes per-row weight scales only, and dimensions that are
+        multiples of 16), the grouped Triton matmul for grouped scales where it runs."""
+        aligned = self.in_features % 16 == 0 and self.out_features % 16 == 0
+        self._use_scaled_mm = scaled_mm and self.group_size is None and aligned
+        self._grouped_matmul.use_triton(triton)
 
     @classmethod
     def from_linear(cls, linear: FusedLinear, *, group_size: int | None = None) -> Fp8Linear:
@@ -196,14 +199,8 @@ class Fp8Linear(nn.Module):
             raise ValueError(f"unexpected tensor {name}: the layer has no {param_name}")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (T, in) -> (T, sum(shards))
-        if self._use_scaled_mm:  # set only for a layer on a CUDA 8.9+ device
-            try:
-                return self._forward_scaled_mm(x)
-            # An unsupported shape, dtype or GPU: never again. torch's checks raise
-            # ValueError for some arguments (TORCH_CHECK_VALUE), RuntimeError for others.
-            except (RuntimeError, ValueError) as err:
-                log.warning("torch._scaled_mm failed (%s); dequantizing from now on", err)
-                self._use_scaled_mm = False
+        if self._use_scaled_mm:  # set by the device profile, which ran it once
+            return self._forward_scaled_mm(x)
         return self._forward_dequant(x)
 
     @property
@@ -256,15 +253,6 @@ class Fp8Linear(nn.Module):
 def _check_shape(tensor: torch.Tensor, shape: torch.Size, name: str) -> None:
     if tuple(tensor.shape) != tuple(shape):
         raise ValueError(f"tensor {name} has shape {tuple(tensor.shape)}, expected {tuple(shape)}")
-
-
-def _scaled_mm_supported(device: torch.device, in_features: int, out_features: int) -> bool:
-    """FP8 tensor cores: CUDA 8.9+, and both matrix dimensions multiples of 16."""
-    if device.type != "cuda" or not torch.cuda.is_available():
-        return False
-    if in_features % 16 or out_features % 16:
-        return False
-    return torch.cuda.get_device_capability(device) >= SCALED_MM_CAPABILITY
 
 
 def replace_linears(

@@ -63,6 +63,10 @@ class Fp8Embedding(nn.Module):
         scale = self.weight_scale.index_select(0, input_ids)
         return self._matmul.dequantize(rows, scale, self.dtype, self.group_size)
 
+    def use_paths(self, *, triton: bool) -> None:
+        """The device profile's choice for the tied output projection (see `Fp8Linear`)."""
+        self._matmul.use_triton(triton)
+
     @property
     def kernels(self) -> CpuLayerKernels | None:
         """The CPU's fused kernels, which dequantize the table where set."""

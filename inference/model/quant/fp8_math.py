@@ -8,7 +8,6 @@ to the activation dtype.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -17,8 +16,6 @@ import torch.nn.functional as F
 
 if TYPE_CHECKING:
     from inference.kernels.cpu.layers import CpuLayerKernels
-
-log = logging.getLogger("inference.model.quant")
 
 FP8_DTYPE = torch.float8_e4m3fn
 FP8_MAX = float(torch.finfo(FP8_DTYPE).max)  # 448
@@ -74,25 +71,28 @@ def dequantize_weight_fp8(
 
 class GroupedFp8Matmul:
     """``x @ dequantize(q, scale).T`` for grouped scales, as a layer runs it: the Triton
-    kernel (`inference/kernels/triton/fp8_matmul.py`) on CUDA, `grouped_fp8_linear`
-    elsewhere and, for good, after the kernel fails once. With ``kernels`` set (the CPU's
-    fused kernels), weights are dequantized by them instead of by torch's conversion."""
+    kernel (`inference/kernels/triton/fp8_matmul.py`) where the device profile found it
+    runs (`use_triton`, decided once), `grouped_fp8_linear` otherwise. With ``kernels``
+    set (the CPU's fused kernels), weights are dequantized by them instead of by torch's
+    conversion."""
 
     def __init__(self) -> None:
-        self.use_triton = True
         self.kernels: CpuLayerKernels | None = None
+        self._triton: Callable[..., torch.Tensor] | None = None
+
+    def use_triton(self, enabled: bool) -> None:
+        """Take the Triton kernel for every call (only where a probe found that it runs)."""
+        self._triton = None
+        if enabled:
+            from inference.kernels.triton.fp8_matmul import grouped_fp8_matmul
+
+            self._triton = grouped_fp8_matmul
 
     def __call__(
         self, x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, group_size: int
     ) -> torch.Tensor:
-        if self.use_triton and x.is_cuda:
-            try:
-                from inference.kernels.triton.fp8_matmul import grouped_fp8_matmul
-
-                return grouped_fp8_matmul(x, q, scale, group_size)
-            except Exception as err:  # no triton, or a GPU it cannot compile for
-                log.warning("grouped FP8 Triton matmul failed (%s); dequantizing instead", err)
-                self.use_triton = False
+        if self._triton is not None:
+            return self._triton(x, q, scale, group_size)
         fused = self.fused(x, q, scale, group_size)
         if fused is not None:
             return fused

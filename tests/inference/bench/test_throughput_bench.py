@@ -73,3 +73,23 @@ def test_bad_input_is_a_clear_error(
 ) -> None:
     assert main([*bench(checkpoint), flag, value]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_constrained_share_compares_a_mixed_batch_with_an_all_free_one(
+    checkpoint: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    extra = ("--rounds", "1", "--naive-prompts", "0", "--constrained-share", "0.5")
+    args = [*bench(checkpoint, *extra), "--num-prompts", "4", "--output-len", "12"]
+    assert main(args) == 0
+    constrained = json.loads(capsys.readouterr().out)["constrained"]
+    assert constrained["num_constrained"] == 2
+    for name in ("all_free", "mixed", "mixed_inline"):
+        assert constrained[name]["output_tokens"] == 4 * 12  # every request ran to max_tokens
+    mixed = constrained["mixed"]
+    assert mixed["constrained_finish_reasons"] == {"length": 2}
+    assert mixed["constrained_text_sample"].startswith('{"findings":[{"')
+    assert mixed["constrained_rows"] == 2 * 12 and mixed["mask_fill_ms_per_step"] > 0
+    assert constrained["mixed_vs_all_free"] == pytest.approx(
+        mixed["output_tokens_per_s"] / constrained["all_free"]["output_tokens_per_s"], abs=0.01
+    )
+    assert main([*bench(checkpoint), "--constrained-share", "1.5"]) != 0

@@ -9,13 +9,15 @@ def seq(tokens: list[int], request_id: str = "r") -> Sequence:
     return Sequence(request_id=request_id, token_ids=list(tokens), params=SamplingParams())
 
 
-def admit(bm: BlockManager, s: Sequence) -> None:
-    """What the scheduler does for a new sequence, computing all of it in one step."""
-    bm.allocate_prefix(s)
+def admit(bm: BlockManager, s: Sequence) -> int:
+    """What the scheduler does for a new sequence, computing all of it in one step; the
+    number of tokens the prefix cache supplied."""
+    hits = s.num_computed_tokens = bm.allocate_prefix(s)
     assert bm.allocate_slots(s, len(s) - s.num_computed_tokens)
     bm.register_full_blocks(s, len(s))
     bm.record_lookup(s)
     s.num_computed_tokens = len(s)
+    return hits
 
 
 def test_allocate_and_free_keep_refcounts_and_the_free_queue_consistent() -> None:
@@ -30,19 +32,21 @@ def test_allocate_and_free_keep_refcounts_and_the_free_queue_consistent() -> Non
     assert bm.num_free_blocks == 3
     bm.free(a)
     bm.check_integrity([b])
-    assert bm.num_free_blocks == 6 and a.block_table == [] and a.num_computed_tokens == 0
+    assert bm.num_free_blocks == 6 and a.block_table == []
+    assert a.num_computed_tokens == len(
+        a
+    )  # the scheduler's field: the block manager never writes it
 
 
 def test_prefix_hit_after_the_first_request_ended() -> None:
     bm = BlockManager(num_blocks=8, block_size=4)
     prompt = list(range(1, 11))  # 10 tokens: two full blocks and a partial one
     first = seq(prompt)
-    admit(bm, first)
-    assert first.num_cached_tokens == 0
+    assert admit(bm, first) == 0
     bm.free(first)
     second = seq([*prompt, 99])
-    admit(bm, second)
-    assert second.num_cached_tokens == 8
+    assert admit(bm, second) == 8
+    assert second.num_cached_tokens == 0  # the scheduler's to write, not the block manager's
     assert second.block_table[:2] == first.block_table[:2] or bm.prefix_cache_hits == 8
     assert bm.prefix_cache_queries == 10 + 11 and bm.prefix_cache_hits == 8
     bm.check_integrity([second])
@@ -52,8 +56,8 @@ def test_the_last_prompt_token_is_always_computed() -> None:
     bm = BlockManager(num_blocks=8, block_size=4)
     admit(bm, seq(list(range(8))))
     again = seq(list(range(8)))  # exactly two full blocks, both cached
-    bm.allocate_prefix(again)
-    assert again.num_computed_tokens == 4  # the second block holds the last token
+    assert bm.allocate_prefix(again) == 4  # the second block holds the last token
+    assert again.num_computed_tokens == 0 and len(again.block_table) == 1
 
 
 def test_shared_blocks_are_ref_counted() -> None:
@@ -80,20 +84,18 @@ def test_eviction_is_lru_and_a_freed_sequence_is_evicted_tail_first() -> None:
     hashed = [bm.blocks[b].token_ids for b in bm.free_queue if bm.blocks[b].hash is not None]
     assert hashed == [(3, 4), (1, 2)]
     taker = seq(list(range(50, 60)), "taker")  # five blocks: all but the oldest-useful one
-    bm.allocate_prefix(taker)
+    assert bm.allocate_prefix(taker) == 0
     assert bm.allocate_slots(taker, 10)
     bm.check_integrity([taker])
     back = seq([1, 2, 3, 4, 7], "back")
-    bm.allocate_prefix(back)
-    assert back.num_computed_tokens == 2  # [1,2] survived, [3,4] was evicted
+    assert bm.allocate_prefix(back) == 2  # [1,2] survived, [3,4] was evicted
 
 
 def test_a_hash_collision_never_returns_another_prefix() -> None:
     bm = BlockManager(num_blocks=8, block_size=4, hash_fn=lambda _key: 42)
     admit(bm, seq([1, 2, 3, 4, 5]))
     other = seq([9, 9, 9, 9, 9])
-    bm.allocate_prefix(other)
-    assert other.num_computed_tokens == 0  # same hash, different tokens: a miss
+    assert bm.allocate_prefix(other) == 0  # same hash, different tokens: a miss
     bm.check_integrity()
 
 
@@ -103,5 +105,4 @@ def test_disabled_prefix_caching_never_hits() -> None:
     admit(bm, first)
     bm.free(first)
     again = seq(list(range(9)))
-    bm.allocate_prefix(again)
-    assert again.num_computed_tokens == 0 and bm.prefix_cache_hits == 0
+    assert bm.allocate_prefix(again) == 0 and bm.prefix_cache_hits == 0

@@ -8,12 +8,12 @@ import torch
 
 from inference.engine.cuda_graphs import (
     NUM_ROW_FIELDS,
-    DecodeInputs,
     graph_batch_sizes,
     make_decode_graphs,
     pad_decode_inputs,
     padded_batch_size,
 )
+from inference.engine.step_inputs import StepInputs
 
 
 def test_sizes_are_powers_of_two_up_to_max_num_seqs() -> None:
@@ -34,12 +34,15 @@ def test_a_batch_takes_the_smallest_size_that_holds_it() -> None:
 
 
 def test_padding_rows_write_nothing_and_attend_to_nothing() -> None:
-    step = DecodeInputs(
+    step = StepInputs(
         input_ids=np.array([7, 8, 9]),
         positions=np.array([16, 3, 40]),
         slots=np.array([33, 51, 72]),
-        seq_lens=np.array([17, 4, 41]),
+        query_start_loc=[0, 1, 2, 3],
+        seq_lens=[17, 4, 41],
         block_tables=np.array([[4, 2, 0], [3, 0, 0], [9, 1, 4]]),
+        block_size=16,
+        sample_rows=[0, 1, 2],
     )
     packed = pad_decode_inputs(step, size=4, max_blocks=5)
     rows = packed[: NUM_ROW_FIELDS * 4].reshape(NUM_ROW_FIELDS, 4)
@@ -53,6 +56,18 @@ def test_padding_rows_write_nothing_and_attend_to_nothing() -> None:
         pad_decode_inputs(step, size=2, max_blocks=5)
     with pytest.raises(ValueError, match="exceed"):
         pad_decode_inputs(step, size=4, max_blocks=2)
+    chunk = StepInputs(
+        input_ids=np.array([7, 8]),
+        positions=np.array([0, 1]),
+        slots=np.array([64, 65]),
+        query_start_loc=[0, 2],
+        seq_lens=[2],
+        block_tables=np.array([[4]]),
+        block_size=16,
+        sample_rows=[1],
+    )
+    with pytest.raises(ValueError, match="pure decode"):
+        pad_decode_inputs(chunk, size=4, max_blocks=5)
 
 
 def test_no_graphs_on_a_cpu_or_when_eager_is_enforced() -> None:

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from inference import LLM, SamplingParams
-from inference.kernels.attention import AttentionMetadata
+from inference.kernels.attention import paged_layout
 from tests.inference.checkpoints import make_checkpoint
 
 
@@ -161,9 +161,10 @@ def test_prompt_logprobs_match_a_full_forward_even_with_the_prefix_cached(llm: L
     engine = llm.engine
     # The reference: the model's own logits over the whole prompt, in one plain pass.
     n = len(prompt)
-    blocks = torch.arange(-(-n // 16), dtype=torch.int64)
+    blocks = list(range(-(-n // 16)))
     caches = [(torch.zeros_like(k), torch.zeros_like(v)) for k, v in engine.runner.kv_caches]
-    meta = AttentionMetadata.build(torch.arange(n), [0, n], [n], blocks[None], 16)
+    layout = paged_layout(range(n), [0, n], [n], [blocks], 16)
+    meta = engine.runner.attention_backend.build_metadata(layout, torch.device("cpu"))
     with torch.inference_mode():
         hidden = engine.model(torch.tensor(prompt), torch.arange(n), caches, meta)
         expected = torch.log_softmax(engine.model.compute_logits(hidden), dim=-1)

@@ -157,3 +157,26 @@ def test_weights_share_admissions_in_proportion() -> None:
     order = run(sched, both)[:30]
     heavy = sum(1 for r in order if r.startswith("h"))
     assert 18 <= heavy <= 22  # about 2:1 of the first 30 admissions
+
+
+def test_the_scheduler_writes_progress_and_cached_tokens() -> None:
+    """The block manager returns hit counts; the scheduler records them, once per sequence,
+    and resets progress whenever blocks go (finish, abort, preemption)."""
+    sched = make(num_blocks=16)
+    first = seq(10, "p")
+    sched.add(first)
+    sched.update_after_step(sched.schedule())
+    assert first.num_computed_tokens == 10 and first.num_cached_tokens == 0
+    sched.finish(first, "length")
+    assert first.num_computed_tokens == 0 and first.finish_reason == "length"
+    again = Sequence(request_id="q", token_ids=list(first.token_ids), params=SamplingParams())
+    sched.add(again)
+    out = sched.schedule()
+    assert again.num_computed_tokens == 8 == again.num_cached_tokens  # two cached blocks
+    assert out.scheduled[0].start == 8
+    sched.update_after_step(out)
+    sched._preempt(again)
+    assert again.num_computed_tokens == 0 and again.block_table == []
+    sched.update_after_step(sched.schedule())  # re-admitted: its own blocks are hits again
+    assert again.num_computed_tokens == 10 and again.num_cached_tokens == 8
+    sched.block_manager.check_integrity([again])

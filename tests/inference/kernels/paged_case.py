@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-from inference.kernels.attention import AttentionMetadata, TorchAttentionBackend
+from inference.kernels.attention import (
+    AttentionBackend,
+    PagedLayout,
+    TorchAttentionBackend,
+    paged_layout,
+)
 from inference.kernels.kv_cache import FP8_KV_DTYPE, KVCache
 
 K_SCALE, V_SCALE = 0.05, 0.04  # FP8 scales that keep unit-normal values well inside e4m3
@@ -33,7 +39,14 @@ class PagedCase:
     keys: torch.Tensor  # (T, Hkv, D): the step's new keys (already in the cache too)
     values: torch.Tensor
     cache: KVCache
-    meta: AttentionMetadata
+    layout: PagedLayout
+
+    def attend(
+        self, backend: AttentionBackend[Any], scale: float, query: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """``backend``'s attention for this step, from the metadata it builds itself."""
+        meta = backend.build_metadata(self.layout, self.cache[0].device)
+        return backend.forward(self.query if query is None else query, self.cache, meta, scale)
 
 
 def make_case(
@@ -86,8 +99,8 @@ def make_case(
     block_tables = torch.zeros(len(tables), max(len(t) for t in tables), dtype=torch.int64)
     for row, table in enumerate(tables):
         block_tables[row, : len(table)] = torch.tensor(table)
-    meta = AttentionMetadata.build(torch.cat(new_slots), starts, seq_lens, block_tables, block_size)
-    return PagedCase(torch.cat(queries), torch.cat(new_keys), torch.cat(new_values), cache, meta)
+    layout = paged_layout(torch.cat(new_slots), starts, seq_lens, block_tables, block_size)
+    return PagedCase(torch.cat(queries), torch.cat(new_keys), torch.cat(new_values), cache, layout)
 
 
 def assert_close_bf16(actual: torch.Tensor, expected: torch.Tensor) -> None:

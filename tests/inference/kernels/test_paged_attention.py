@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from inference.kernels.attention import AttentionMetadata, paged_attention, write_kv
+from inference.kernels.attention import paged_attention, paged_layout, write_kv
 
 NUM_KV_HEADS = 2
 HEAD_DIM = 16
@@ -57,8 +57,8 @@ def run_case(contexts: list[tuple[int, int]], group: int, block_size: int, seed:
     block_tables = torch.zeros(len(tables), width, dtype=torch.int64)
     for row, table in enumerate(tables):
         block_tables[row, : len(table)] = torch.tensor(table)
-    meta = AttentionMetadata.build(torch.cat(slots), starts, seq_lens, block_tables, block_size)
-    out = paged_attention(torch.cat(queries), cache, meta, HEAD_DIM**-0.5)
+    layout = paged_layout(torch.cat(slots), starts, seq_lens, block_tables, block_size)
+    out = paged_attention(torch.cat(queries), cache, layout, HEAD_DIM**-0.5)
     torch.testing.assert_close(out, torch.cat(expected), rtol=1e-5, atol=1e-5)
 
 
@@ -96,8 +96,6 @@ def test_random_shapes(seed: int) -> None:
     run_case(contexts, group=[1, 3, 8][seed], block_size=[16, 32, 16][seed], seed=seed)
 
 
-def test_build_rejects_context_beyond_block_table() -> None:
+def test_layout_rejects_context_beyond_block_table() -> None:
     with pytest.raises(ValueError, match="do not fit"):
-        AttentionMetadata.build(
-            torch.tensor([0]), [0, 1], [17], torch.zeros(1, 1, dtype=torch.int64), 16
-        )
+        paged_layout([0], [0, 1], [17], [[0]], 16)

@@ -1,14 +1,19 @@
 """A minimal driver for our model over a paged KV cache, for tests.
 
 Sequences get shuffled (non-contiguous) blocks so that a wrong block-table lookup shows.
+A step's inputs come from the engine's own `prepare_step`, as in the model runner.
 """
 
 from __future__ import annotations
 
 import torch
 
-from inference.kernels.attention import AttentionMetadata, KVCache
+from inference.engine.scheduler_output import ScheduledSequence, SchedulerOutput
+from inference.engine.sequence import Sequence
+from inference.engine.step_inputs import prepare_step
+from inference.kernels.attention import KVCache, TorchAttentionBackend
 from inference.model.llama import LlamaForCausalLM
+from inference.sampling.params import SamplingParams
 
 
 class PagedDriver:
@@ -22,43 +27,26 @@ class PagedDriver:
         ]
         self.free_blocks = torch.randperm(num_blocks, generator=torch.Generator().manual_seed(3))
         self.next_free = 0
-        self.tables: dict[int, list[int]] = {}
-        self.lengths: dict[int, int] = {}
+        self.seqs: dict[int, Sequence] = {}
 
-    def _grow(self, seq: int, length: int) -> None:
-        table = self.tables.setdefault(seq, [])
-        while len(table) * self.block_size < length:
-            table.append(int(self.free_blocks[self.next_free]))
+    def _grow(self, seq: Sequence, length: int) -> None:
+        while len(seq.block_table) * self.block_size < length:
+            seq.block_table.append(int(self.free_blocks[self.next_free]))
             self.next_free += 1
 
     @torch.inference_mode()
     def step(self, chunks: dict[int, list[int]]) -> torch.Tensor:
         """Feed new tokens per sequence id; return logits (T, vocab) of all new tokens."""
-        ids: list[int] = []
-        positions: list[int] = []
-        slots: list[int] = []
-        starts = [0]
-        seq_lens: list[int] = []
-        for seq, tokens in chunks.items():
-            start = self.lengths.get(seq, 0)
-            end = start + len(tokens)
-            self._grow(seq, end)
-            table = self.tables[seq]
-            for pos in range(start, end):
-                slots.append(
-                    table[pos // self.block_size] * self.block_size + pos % self.block_size
-                )
-            ids += tokens
-            positions += range(start, end)
-            starts.append(starts[-1] + len(tokens))
-            seq_lens.append(end)
-            self.lengths[seq] = end
-        width = max(len(self.tables[s]) for s in chunks)
-        tables = torch.zeros(len(chunks), width, dtype=torch.int64)
-        for row, seq in enumerate(chunks):
-            tables[row, : len(self.tables[seq])] = torch.tensor(self.tables[seq])
-        meta = AttentionMetadata.build(
-            torch.tensor(slots), starts, seq_lens, tables, self.block_size
+        batch = SchedulerOutput()
+        for seq_id, tokens in chunks.items():
+            seq = self.seqs.setdefault(seq_id, Sequence(str(seq_id), [], SamplingParams()))
+            start = len(seq.token_ids)
+            seq.token_ids.extend(tokens)
+            self._grow(seq, len(seq.token_ids))
+            batch.scheduled.append(ScheduledSequence(seq, start, len(tokens), sample=True))
+        step = prepare_step(batch, self.block_size)
+        meta = TorchAttentionBackend().build_metadata(step, torch.device("cpu"))
+        hidden = self.model(
+            torch.from_numpy(step.input_ids), torch.from_numpy(step.positions), self.caches, meta
         )
-        hidden = self.model(torch.tensor(ids), torch.tensor(positions), self.caches, meta)
         return self.model.compute_logits(hidden)

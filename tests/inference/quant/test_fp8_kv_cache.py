@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
 from inference import LLM, SamplingParams
-from inference.kernels.attention import AttentionBackend, AttentionMetadata, KVCache
+from inference.kernels.attention import AttentionBackend, KVCache, PagedLayout
 from inference.kernels.kv_cache import FP8_KV_DTYPE, to_cache_dtype
 from inference.model.quant import Fp8Linear
 from tests.inference.checkpoints import make_checkpoint
@@ -40,8 +41,11 @@ class RoundedKV:
     do the same arithmetic.
     """
 
-    def __init__(self, backend: AttentionBackend) -> None:
+    def __init__(self, backend: AttentionBackend[Any]) -> None:
         self.backend = backend
+
+    def build_metadata(self, layout: PagedLayout, device: torch.device) -> Any:
+        return self.backend.build_metadata(layout, device)
 
     def write_kv(
         self, key: torch.Tensor, value: torch.Tensor, cache: KVCache, slot_mapping: torch.Tensor
@@ -49,9 +53,7 @@ class RoundedKV:
         rounded = [to_cache_dtype(x, FP8_KV_DTYPE, 1.0).to(x.dtype) for x in (key, value)]
         self.backend.write_kv(rounded[0], rounded[1], cache, slot_mapping)
 
-    def forward(
-        self, query: torch.Tensor, cache: KVCache, meta: AttentionMetadata, scale: float
-    ) -> torch.Tensor:
+    def forward(self, query: torch.Tensor, cache: KVCache, meta: Any, scale: float) -> torch.Tensor:
         return self.backend.forward(query, cache, meta, scale)
 
 

@@ -14,12 +14,10 @@ on a GPU, and checked two ways:
 
 from __future__ import annotations
 
-import logging
-
 import pytest
 import torch
-from torch import nn
 
+from inference.kernels.profile import scaled_mm_runs
 from inference.model.layers.linear import FusedLinear
 from inference.model.quant import Fp8Linear
 from inference.model.quant.fp8_math import FP8_DTYPE, FP8_MAX, MIN_SCALE
@@ -187,21 +185,19 @@ def test_a_cpu_layer_does_not_take_the_scaled_path() -> None:
     assert torch.equal(layer(x), layer._forward_dequant(x))
 
 
-def test_a_failing_scaled_mm_falls_back_to_dequantizing_for_good(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    """torch rejects scales that are not contiguous (its checks raise ValueError); the
-    layer then dequantizes, now and for every later call."""
+def test_the_path_is_the_profiles_and_never_changes_per_call() -> None:
+    """`use_paths` fixes a layer's path; only per-row layers whose dimensions are multiples
+    of 16 take _scaled_mm (what it accepts), and a probe decides whether it runs at all."""
+    assert scaled_mm_runs(torch.device("cpu"), torch.bfloat16)  # torch's CPU build has it
     layer = fp8_layer(bias=True, dtype=torch.bfloat16)
-    every_other = torch.empty(2 * layer.out_features)
-    every_other[::2] = layer.weight_scale.data
-    layer.weight_scale = nn.Parameter(every_other[::2], requires_grad=False)
-    layer._use_scaled_mm = True  # as on a CUDA 8.9+ device
     x = activations(3, torch.bfloat16)
-    with pytest.raises((RuntimeError, ValueError)):
-        layer._forward_scaled_mm(x)
-    with caplog.at_level(logging.WARNING, logger="inference.model.quant"):
-        out = layer(x)
-    assert torch.equal(out, layer._forward_dequant(x))
-    assert layer._use_scaled_mm is False
-    assert "dequantizing from now on" in caplog.text
+    layer.use_paths(scaled_mm=True, triton=False)
+    assert torch.equal(layer(x), layer._forward_scaled_mm(x))
+    assert not torch.equal(layer(x), layer._forward_dequant(x))
+    layer.use_paths(scaled_mm=False, triton=False)
+    assert torch.equal(layer(x), layer._forward_dequant(x))
+    odd = Fp8Linear(24, [40], bias=False, dtype=torch.bfloat16, device="cpu")
+    grouped = Fp8Linear(64, [32], bias=False, dtype=torch.bfloat16, device="cpu", group_size=32)
+    for other in (odd, grouped):
+        other.use_paths(scaled_mm=True, triton=False)
+        assert other._use_scaled_mm is False

@@ -20,8 +20,8 @@ def row(
 ) -> SamplingRow:
     return SamplingRow(
         params=params,
-        prompt_token_ids=prompt or [],
-        output_token_ids=output or [],
+        token_ids=[*(prompt or []), *(output or [])],
+        num_prompt_tokens=len(prompt or []),
         generator=make_generator(params.seed),
         min_tokens_blocked_ids=blocked,
     )
@@ -196,3 +196,31 @@ def test_step_time_batch_64_vocab_49152() -> None:
         f"full {elapsed * 1e3:.1f} ms, greedy {greedy_elapsed * 1e3:.2f} ms"
     )
     assert len(out.token_ids) == 64 and all(0 <= t < vocab for t in out.token_ids)
+
+
+def test_penalties_touch_only_the_rows_that_set_them() -> None:
+    logits = torch.tensor([[2.0, -1.0, 1.0, 0.5]]).repeat(3, 1)
+    rows = [
+        row(SamplingParams(repetition_penalty=4.0), prompt=[0], output=[1]),
+        row(SamplingParams(), prompt=[0], output=[1]),  # same history, no penalty
+        row(SamplingParams(frequency_penalty=1.0), prompt=[0], output=[1, 1]),
+    ]
+    adjusted = Sampler(4)._adjust(logits.clone(), rows)
+    assert adjusted[0].tolist() == [0.5, -4.0, 1.0, 0.5]
+    assert adjusted[1].tolist() == logits[1].tolist()
+    assert adjusted[2].tolist() == [2.0, -3.0, 1.0, 0.5]  # the prompt's 0 is not output
+
+
+def test_a_row_reads_its_sequence_without_copying() -> None:
+    from inference.engine.request_state import SampleState
+    from inference.engine.sequence import Sequence
+
+    seq = Sequence("r", [5, 6, 7], SamplingParams(min_tokens=2))
+    state = SampleState(seq, None, None, None, frozenset({1}))  # type: ignore[arg-type]
+    first = state.sampling_row()
+    assert first.token_ids is seq.token_ids and state.sampling_row() is first
+    assert first.num_output_tokens == 0 and first.min_tokens_blocking
+    seq.append_token(3)
+    seq.append_token(1)
+    assert first.num_output_tokens == 2 and not first.min_tokens_blocking
+    assert list(first.output_token_ids()) == [3, 1]

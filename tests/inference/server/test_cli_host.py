@@ -52,3 +52,21 @@ def test_the_command_refuses_with_status_2_and_no_traceback(tmp_path: Path) -> N
     assert done.returncode == 2, done.stderr
     assert "--host 0.0.0.0" in done.stderr and "--api-key-env" in done.stderr
     assert "Traceback" not in done.stderr + done.stdout
+
+
+def test_the_token_can_come_from_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    token = tmp_path / "worker_token"
+    token.write_text("from-a-file\n")
+    monkeypatch.setenv("WORKER_TOKEN_FOR_TEST_FILE", str(token))
+    settings = settings_from(parse("--host", "0.0.0.0", "--api-key-env", "WORKER_TOKEN_FOR_TEST"))
+    assert settings.api_key == "from-a-file"
+    monkeypatch.setenv("WORKER_TOKEN_FOR_TEST", "also-set")
+    with pytest.raises(ValueError, match="both set"):
+        settings_from(parse("--api-key-env", "WORKER_TOKEN_FOR_TEST"))
+    monkeypatch.delenv("WORKER_TOKEN_FOR_TEST")
+    token.unlink()
+    with pytest.raises(ValueError, match=f"WORKER_TOKEN_FOR_TEST_FILE: cannot read {token}"):
+        settings_from(parse("--api-key-env", "WORKER_TOKEN_FOR_TEST"))
+    monkeypatch.delenv("WORKER_TOKEN_FOR_TEST_FILE")
+    with pytest.raises(ValueError, match="neither WORKER_TOKEN_FOR_TEST nor"):
+        settings_from(parse("--api-key-env", "WORKER_TOKEN_FOR_TEST"))

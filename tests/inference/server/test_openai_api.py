@@ -234,7 +234,7 @@ def test_bad_requests_name_the_field(client: openai.OpenAI) -> None:
         ({"model": "no-such-model"}, "model"),
         ({"extra_body": {"frobnicate": 1}}, "frobnicate"),
         ({"top_p": 2.0}, "top_p"),
-        ({"extra_body": {"response_format": {"type": "json_object"}}}, "response_format"),
+        ({"extra_body": {"tools": [{"type": "function"}]}}, "tools"),
     ]
     for overrides, param in cases:
         kwargs = {"model": MODEL, "messages": MESSAGES, "max_tokens": 2, **overrides}

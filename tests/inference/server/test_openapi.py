@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import httpx
@@ -38,10 +39,11 @@ def test_it_needs_the_token(worker_url: str) -> None:
 
 def test_every_route_is_described(document: dict[str, Any]) -> None:
     app = create_app(lambda: None, ServerSettings(served_model_name=MODEL, api_key=API_KEY))
-    routes = {
-        route.path: {m.lower() for m in route.methods} - {"options", "head"}  # type: ignore[attr-defined]
-        for route in app.app.routes
-    }
+    routes: dict[str, set[str]] = {}
+    for route in app.app.routes:
+        # Litestar spells a path parameter with its type ({pin_id:str}); OpenAPI without.
+        path = re.sub(r"\{(\w+):\w+\}", r"{\1}", route.path)
+        routes[path] = {m.lower() for m in route.methods} - {"options", "head"}  # type: ignore[attr-defined]
     described = {path: set(operations) for path, operations in document["paths"].items()}
     assert described == routes
     assert document["openapi"] == "3.1.0"

@@ -96,7 +96,7 @@ def routes(checkpoint: Path) -> list[tuple[str, str]]:
     app = create_app(lambda: None, ServerSettings(served_model_name=MODEL, api_key=API_KEY))
     found = []
     for route in app.app.routes:
-        # A path parameter gets a sample value; none of today's routes has one.
+        # A path parameter gets a sample value (the prefix routes take an id).
         path = re.sub(r"\{[^}]*\}", "1", route.path)
         found += [(method, path) for method in sorted(route.methods)]  # type: ignore[attr-defined]
     assert {path for _, path in found} >= {"/v1/completions", "/tokenize", *OPEN}

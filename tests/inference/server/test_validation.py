@@ -6,8 +6,10 @@ import json
 
 import pytest
 
+from inference.grammar import Constraint
 from inference.server.errors import APIError
 from inference.server.protocol import ChatCompletionRequest, CompletionRequest
+from inference.server.structured import constraint_of
 from inference.server.validation import (
     check_chat,
     check_completion,
@@ -56,9 +58,45 @@ def test_malformed_json() -> None:
     assert set(body["error"]) == {"message", "type", "param", "code"}
 
 
-def test_response_format_is_not_supported_yet() -> None:
-    error = error_of(check_chat, chat(response_format={"type": "json_object"}))
-    assert error.param == "response_format" and "not supported yet" in error.message
+def test_structured_output_fields_are_read_and_checked() -> None:
+    schema = {"type": "object"}
+    assert constraint_of(chat(response_format={"type": "text"})) is None
+    assert constraint_of(chat(response_format={"type": "json_object"})) == (
+        "response_format",
+        Constraint("json_object"),
+    )
+    named = {"type": "json_schema", "json_schema": {"name": "r", "schema": schema}}
+    assert constraint_of(chat(response_format=named)) == (
+        "response_format",
+        Constraint("json_schema", '{"type":"object"}'),
+    )
+    # guided_json as JSON text is the same constraint; keys keep their order.
+    ordered = '{"type": "object", "properties": {"z": {}, "a": {}}}'
+    found = constraint_of(completion(guided_json=ordered))
+    assert found is not None and found[1].source == '{"type":"object","properties":{"z":{},"a":{}}}'
+    assert constraint_of(completion(guided_choice=["a", "b"])) == (
+        "guided_choice",
+        Constraint("choice", '["a", "b"]'),
+    )
+    bad = [
+        (chat(response_format={"type": "json_object"}, guided_regex="a+"), "guided_regex"),
+        (completion(guided_regex="a", guided_choice=["a"]), "guided_choice"),
+        (chat(response_format={**named, "json_schema": {"name": "no spaces", "schema": schema}}),
+         "response_format.json_schema.name"),
+        (chat(response_format={"type": "json_schema", "json_schema": {"name": "r"}}),
+         "response_format.json_schema.schema"),
+        (completion(guided_json="{not json"), "guided_json"),
+        (completion(guided_json=[1, 2]), "guided_json"),
+        (completion(guided_choice=[]), "guided_choice"),
+        (completion(guided_regex=""), "guided_regex"),
+    ]  # fmt: skip
+    for request, param in bad:
+        error = error_of(constraint_of, request)
+        assert error.status == 400 and error.param == param, (param, error.message)
+    two = error_of(constraint_of, completion(guided_regex="a", guided_grammar="start: x"))
+    assert "only one structured-output constraint" in two.message
+    unknown = error_of(chat, response_format={"type": "xml"})
+    assert unknown.param == "response_format.type" and "xml" in unknown.message
 
 
 @pytest.mark.parametrize(

@@ -6,12 +6,18 @@ import pytest
 import torch
 
 from inference.kernels.attention import TorchAttentionBackend
-from inference.kernels.cpu.backend import CASCADE_MIN_TOKENS, CpuAttentionBackend
+from inference.kernels.cpu.backend import (
+    CASCADE_MIN_TOKENS,
+    CpuAttentionBackend,
+    build_cpu_metadata,
+)
 from inference.kernels.cpu.build import load_paged_decode
 from inference.kernels.cpu.cascade import fold
 from inference.kernels.kv_cache import FP8_KV_DTYPE
 
 from ..paged_case import assert_close_bf16, make_case
+
+CPU = torch.device("cpu")
 
 POOLS = {"bf16": torch.bfloat16, "fp8": FP8_KV_DTYPE, "f32": torch.float32}
 
@@ -33,13 +39,11 @@ def test_chunks_after_a_shared_prefix_match_the_torch_path(group: int, pool: str
         pool_dtype=POOLS[pool],
         shared_blocks=5,
     )
-    assert case.meta.prefill_shared_blocks == 5
+    assert build_cpu_metadata(case.layout, CPU).prefill_shared_blocks == 5
     assert CASCADE_MIN_TOKENS <= 5 * 16  # the cascade really runs
     scale = 64**-0.5
-    expected = TorchAttentionBackend().forward(case.query, case.cache, case.meta, scale)
-    actual = CpuAttentionBackend(load_paged_decode()).forward(
-        case.query, case.cache, case.meta, scale
-    )
+    expected = case.attend(TorchAttentionBackend(), scale)
+    actual = case.attend(CpuAttentionBackend(load_paged_decode()), scale)
     if pool == "f32":
         torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
     else:
@@ -56,12 +60,10 @@ def test_chunks_sharing_nothing_take_the_torch_path() -> None:
         dtype=torch.float32,
         pool_dtype=torch.float32,
     )
-    assert case.meta.prefill_shared_blocks == 0
+    assert build_cpu_metadata(case.layout, CPU).prefill_shared_blocks == 0
     scale = 0.25
-    expected = TorchAttentionBackend().forward(case.query, case.cache, case.meta, scale)
-    actual = CpuAttentionBackend(load_paged_decode()).forward(
-        case.query, case.cache, case.meta, scale
-    )
+    expected = case.attend(TorchAttentionBackend(), scale)
+    actual = case.attend(CpuAttentionBackend(load_paged_decode()), scale)
     assert torch.equal(actual, expected)
 
 

@@ -12,11 +12,17 @@ import torch
 
 from inference.kernels.attention import TorchAttentionBackend
 from inference.kernels.backends import make_attention_backend
-from inference.kernels.cpu.backend import CASCADE_MIN_TOKENS, CpuAttentionBackend
+from inference.kernels.cpu.backend import (
+    CASCADE_MIN_TOKENS,
+    CpuAttentionBackend,
+    build_cpu_metadata,
+)
 from inference.kernels.cpu.build import load_paged_decode
 from inference.kernels.kv_cache import FP8_KV_DTYPE
 
 from ..paged_case import assert_close_bf16, make_case
+
+CPU = torch.device("cpu")
 
 BUILDS = {"native": (), "portable": ("-mno-avx512f",)}
 
@@ -49,8 +55,8 @@ def test_decodes_match_the_torch_path(group: int, block_size: int, pool: str, bu
         seed=group * block_size,
     )
     scale = 64**-0.5
-    expected = TorchAttentionBackend().forward(case.query, case.cache, case.meta, scale)
-    actual = backend(build).forward(case.query, case.cache, case.meta, scale)
+    expected = case.attend(TorchAttentionBackend(), scale)
+    actual = case.attend(backend(build), scale)
     assert_close_bf16(actual, expected)
 
 
@@ -70,8 +76,8 @@ def test_bf16_head_sizes(head_dim: int, build: str) -> None:
         seed=head_dim + 1,
     )
     scale = head_dim**-0.5
-    expected = TorchAttentionBackend().forward(case.query, case.cache, case.meta, scale)
-    actual = backend(build).forward(case.query, case.cache, case.meta, scale)
+    expected = case.attend(TorchAttentionBackend(), scale)
+    actual = case.attend(backend(build), scale)
     assert_close_bf16(actual, expected)
 
 
@@ -90,8 +96,8 @@ def test_float32_is_exact_to_rounding(head_dim: int, build: str) -> None:
         seed=head_dim,
     )
     scale = head_dim**-0.5
-    expected = TorchAttentionBackend().forward(case.query, case.cache, case.meta, scale)
-    actual = backend(build).forward(case.query, case.cache, case.meta, scale)
+    expected = case.attend(TorchAttentionBackend(), scale)
+    actual = case.attend(backend(build), scale)
     torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
 
 
@@ -110,10 +116,10 @@ def test_a_query_view_with_strided_rows() -> None:
     query = wide[:, :6]
     assert not query.is_contiguous()
     scale = 32**-0.5
-    expected = TorchAttentionBackend().forward(query.contiguous(), case.cache, case.meta, scale)
+    expected = case.attend(TorchAttentionBackend(), scale, query.contiguous())
     kernel = backend("native")
-    actual = kernel.forward(query, case.cache, case.meta, scale)
-    assert torch.equal(actual, kernel.forward(query.contiguous(), case.cache, case.meta, scale))
+    actual = case.attend(kernel, scale, query)
+    assert torch.equal(actual, case.attend(kernel, scale, query.contiguous()))
     assert_close_bf16(actual, expected)
 
 
@@ -145,11 +151,11 @@ def test_cascade_over_a_shared_prefix_matches_the_torch_path(pool: str, build: s
         pool_dtype=pool_dtype,
         shared_blocks=5,
     )
-    assert case.meta.decode_shared_blocks == 5
+    assert build_cpu_metadata(case.layout, CPU).decode_shared_blocks == 5
     assert CASCADE_MIN_TOKENS <= 5 * 16  # the cascade path really runs
     scale = 64**-0.5
-    expected = TorchAttentionBackend().forward(case.query, case.cache, case.meta, scale)
-    actual = backend(build).forward(case.query, case.cache, case.meta, scale)
+    expected = case.attend(TorchAttentionBackend(), scale)
+    actual = case.attend(backend(build), scale)
     if pool == "f32":
         torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
     else:
@@ -168,7 +174,7 @@ def test_shared_blocks_stop_short_of_every_decodes_last_token() -> None:
         pool_dtype=torch.float32,
         shared_blocks=2,
     )
-    assert case.meta.decode_shared_blocks == 1
+    assert build_cpu_metadata(case.layout, CPU).decode_shared_blocks == 1
 
 
 def test_bad_arguments_are_refused() -> None:

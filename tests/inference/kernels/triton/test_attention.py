@@ -40,8 +40,8 @@ def test_mixed_batch_matches_the_torch_path(group: int, block_size: int, pool: s
         seed=group * block_size,
     )
     scale = HEAD_DIM**-0.5
-    expected = TorchAttentionBackend().forward(case.query, case.cache, case.meta, scale)
-    actual = TritonAttentionBackend().forward(case.query, case.cache, case.meta, scale)
+    expected = case.attend(TorchAttentionBackend(), scale)
+    actual = case.attend(TritonAttentionBackend(), scale)
     assert_close_bf16(actual, expected)
 
 
@@ -64,8 +64,8 @@ def test_split_decode_over_many_tiles(pool: torch.dtype) -> None:
     # ... each context in its own way: 0, 2, 2 and 3 splits used.
     assert [split_length(c, 3, 16) for c, _ in contexts] == [0, 32, 32, 48]
     scale = 16**-0.5
-    expected = TorchAttentionBackend().forward(case.query, case.cache, case.meta, scale)
-    actual = backend.forward(case.query, case.cache, case.meta, scale)
+    expected = case.attend(TorchAttentionBackend(), scale)
+    actual = case.attend(backend, scale)
     torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
 
 
@@ -83,8 +83,8 @@ def test_long_chunks_over_many_query_and_key_tiles() -> None:
     )
     backend = TritonAttentionBackend(chunk_block_m=16, chunk_block_n=16)
     scale = 16**-0.5
-    expected = TorchAttentionBackend().forward(case.query, case.cache, case.meta, scale)
-    actual = backend.forward(case.query, case.cache, case.meta, scale)
+    expected = case.attend(TorchAttentionBackend(), scale)
+    actual = case.attend(backend, scale)
     torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
 
 
@@ -110,10 +110,8 @@ def test_random_shapes(seed: int) -> None:
         seed=seed,
     )
     scale = HEAD_DIM**-0.5
-    expected = TorchAttentionBackend().forward(case.query, case.cache, case.meta, scale)
-    actual = TritonAttentionBackend(chunk_block_m=32, chunk_block_n=32).forward(
-        case.query, case.cache, case.meta, scale
-    )
+    expected = case.attend(TorchAttentionBackend(), scale)
+    actual = case.attend(TritonAttentionBackend(chunk_block_m=32, chunk_block_n=32), scale)
     assert_close_bf16(actual, expected)
 
 

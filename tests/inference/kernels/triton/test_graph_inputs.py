@@ -13,11 +13,15 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from inference.engine.cuda_graphs import DecodeBuffers, DecodeInputs
-from inference.kernels.attention import AttentionMetadata, TorchAttentionBackend
+from inference.engine.cuda_graphs import DecodeBuffers
+from inference.engine.scheduler_output import ScheduledSequence, SchedulerOutput
+from inference.engine.sequence import Sequence
+from inference.engine.step_inputs import StepInputs, prepare_step
+from inference.kernels.attention import TorchAttentionBackend
 from inference.kernels.kv_cache import KVCache
 from inference.kernels.triton.backend import TritonAttentionBackend
 from inference.kernels.triton.decode_attention import plan_splits
+from inference.sampling.params import SamplingParams
 
 BLOCK_SIZE = 16
 NUM_KV_HEADS, GROUP, HEAD_DIM = 2, 3, 16
@@ -25,29 +29,19 @@ MAX_BLOCKS = 4  # max_model_len 64
 NUM_BLOCKS = 16
 
 
-def decode_step(lengths: list[int], tables: list[list[int]], seed: int) -> DecodeInputs:
+def decode_step(lengths: list[int], tables: list[list[int]], seed: int) -> StepInputs:
     """One token per sequence, at the end of contexts of ``lengths`` (after the step)."""
-    positions = np.array(lengths) - 1
-    slots = [
-        t[p // BLOCK_SIZE] * BLOCK_SIZE + p % BLOCK_SIZE
-        for t, p in zip(tables, positions, strict=True)
-    ]
-    width = max(map(len, tables))
-    table_array = np.zeros((len(tables), width), dtype=np.int64)
-    for row, table in enumerate(tables):
-        table_array[row, : len(table)] = table
     rng = np.random.default_rng(seed)
-    return DecodeInputs(
-        input_ids=rng.integers(1, 100, len(lengths)),
-        positions=positions.astype(np.int64),
-        slots=np.array(slots, dtype=np.int64),
-        seq_lens=np.array(lengths, dtype=np.int64),
-        block_tables=table_array,
-    )
+    batch = SchedulerOutput()
+    for length, table in zip(lengths, tables, strict=True):
+        tokens = rng.integers(1, 100, length).tolist()
+        seq = Sequence("r", tokens, SamplingParams(), block_table=list(table))
+        batch.scheduled.append(ScheduledSequence(seq, length - 1, 1, sample=True))
+    return prepare_step(batch, BLOCK_SIZE)
 
 
 def run_both(
-    step: DecodeInputs, buffers: DecodeBuffers, caches: tuple[KVCache, KVCache], seed: int
+    step: StepInputs, buffers: DecodeBuffers, caches: tuple[KVCache, KVCache], seed: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(the padded graph step's output, the torch path's on the real rows)."""
     graph_cache, torch_cache = caches
@@ -59,19 +53,12 @@ def run_both(
 
     buffers.stage(step)
     backend = TritonAttentionBackend(target_programs=64, decode_block_n=16)
-    meta = buffers.bind(backend)
-    assert backend.plan(meta, query.device) is buffers.plan  # no plan made from the step
+    meta = buffers.metadata  # what the graph captured: no metadata made from the step
     backend.write_kv(key, value, graph_cache, meta.slot_mapping)
     out = backend.forward(query, graph_cache, meta, scale)
 
     reference = TorchAttentionBackend()
-    ref_meta = AttentionMetadata.build(
-        torch.from_numpy(step.slots),
-        list(range(n + 1)),
-        step.seq_lens.tolist(),
-        torch.from_numpy(step.block_tables),
-        BLOCK_SIZE,
-    )
+    ref_meta = reference.build_metadata(step, query.device)
     reference.write_kv(key[:n], value[:n], torch_cache, ref_meta.slot_mapping)
     return out, reference.forward(query[:n], torch_cache, ref_meta, scale)
 
@@ -98,12 +85,13 @@ def test_a_padded_step_writes_and_attends_as_the_unpadded_one() -> None:
 
     # The next step overwrites the same tensors, which is all a replay reads: two longer
     # contexts, one new table, and two padding rows now.
-    before = buffers.plan.seq_lens.data_ptr(), buffers.metadata.block_tables.data_ptr()
+    meta = buffers.metadata
+    before = meta.seq_lens.data_ptr(), meta.block_tables.data_ptr()
     tables = [[5, 2, 3], [11, 6, 0, 4]]
     step = decode_step([33, 64], tables, seed=3)
     out, expected = run_both(step, buffers, caches, seed=4)
-    assert (buffers.plan.seq_lens.data_ptr(), buffers.metadata.block_tables.data_ptr()) == before
-    assert buffers.plan.seq_lens.tolist() == [33, 64, 0, 0]
+    assert (meta.seq_lens.data_ptr(), meta.block_tables.data_ptr()) == before
+    assert meta.seq_lens.tolist() == [33, 64, 0, 0]
     torch.testing.assert_close(out[:2], expected, rtol=1e-5, atol=1e-5)
     assert torch.equal(out[2:], torch.zeros_like(out[2:]))
     for graph_pool, torch_pool in zip(*caches, strict=True):
