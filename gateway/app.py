@@ -11,6 +11,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from gateway import __version__
 from gateway.dependencies import provide_db, provide_principal, provide_state
+from gateway.domain.assistants.controllers import AssistantAdminController, AssistantController
 from gateway.domain.audit.controllers import AuditController
 from gateway.domain.conversations.controllers import ConversationController
 from gateway.domain.departments.controllers import DepartmentController, GroupMappingController
@@ -25,6 +26,7 @@ from gateway.domain.usage.controllers import AdminUsageController
 from gateway.domain.users.controllers import UserController
 from gateway.domain.workers.admin import WorkerAdminController
 from gateway.domain.workers.controllers import StatusController
+from gateway.domain.workers.restarts import record_restarts
 from gateway.domain.workers.supervisor import WorkerSupervisor
 from gateway.errors import EXCEPTION_HANDLERS
 from gateway.json_request import GatewayRequest
@@ -71,12 +73,18 @@ def create_app(
     gateway = GatewayState.build(settings)
     web = WebApp.load(Path(settings.ui_dir) if settings.ui_dir else default_root())
     traffic = build_traffic(settings, gateway, supervisor, tracer_provider)
+    # The warmer pins on the proxy's workers, re-syncing whenever one becomes healthy.
+    gateway.warmer.attach(traffic.pool, traffic.worker_token)
+    if supervisor is not None:
+        record_restarts(supervisor, traffic.metrics, gateway.audit)
 
     async def start_state() -> None:
         await gateway.start()
         await traffic.start()
+        await gateway.warmer.start()  # its first sync runs before the gateway serves
 
     async def close_state() -> None:
+        await gateway.warmer.close()  # before the pool and the database it uses
         await traffic.close()
         await gateway.close()
 
@@ -95,6 +103,8 @@ def create_app(
             KeyController,
             AuditController,
             ConversationController,
+            AssistantAdminController,
+            AssistantController,
             UsageController,
             AdminUsageController,
             StatusController,

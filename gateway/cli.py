@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from sqlalchemy.exc import IntegrityError
 
-from gateway import cli_admin, cli_audit
-from gateway.bench import console_bench, gateway_bench
+from gateway import cli_admin, cli_audit, cli_worker
+from gateway.bench import console_bench, gateway_bench, shift_change
 from gateway.private_files import tighten_data_dir
 from gateway.settings import Settings, SettingsError, unknown_variables
 
@@ -28,7 +28,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands.add_parser("serve", help="start the gateway (configured by ENCLAVE_* variables)")
     cli_admin.add_commands(commands)
     cli_audit.add_commands(commands)
+    cli_worker.add_commands(commands)
     commands.add_parser("openapi", help="print the gateway's OpenAPI document (JSON)")
+    commands.add_parser(
+        "config-reference", help="print docs/configuration-reference.md (every setting)"
+    )
     bench = commands.add_parser("bench", help="measure the gateway; prints JSON")
     benches = bench.add_subparsers(dest="bench", required=True, metavar="BENCHMARK")
     gateway_bench.add_arguments(
@@ -37,9 +41,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     console_bench.add_arguments(
         benches.add_parser("console", help="the admin console's API on a big seeded Postgres")
     )
+    shift_change.add_arguments(
+        benches.add_parser(
+            "shift-change", help="a department's users at once after a worker start (TTFT)"
+        )
+    )
     args = parser.parse_args(argv)
     if args.command == "bench":
-        return console_bench.run(args) if args.bench == "console" else gateway_bench.run(args)
+        runs = {"console": console_bench.run, "shift-change": shift_change.run}
+        return runs.get(args.bench, gateway_bench.run)(args)
+    if args.command == "config-reference":
+        from gateway.config_reference import render
+
+        sys.stdout.write(render())
+        return 0
     if args.command == "openapi":
         from gateway.openapi import document_json
 
@@ -62,6 +77,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
     if args.command == "audit":
         return cli_audit.run(settings, args)
+    if args.command == "worker":
+        return cli_worker.run(settings, args)
     parser.error(f"unknown command {args.command!r}")  # argparse exits
     return 2
 

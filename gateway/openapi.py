@@ -146,6 +146,15 @@ _CONFLICTS = {
     ),
 }
 
+# Other answers of single routes, beyond what their guard and kind give them.
+_MORE: dict[tuple[str, str], dict[str, str]] = {
+    ("post", "/api/admin/assistants/tokens"): {
+        "503": "No worker is up (serving the model) to count the tokens"
+    },
+    ("post", "/api/admin/assistants/extract"): {"413": "The upload is larger than 10 MiB"},
+    ("post", "/api/conversations"): {"404": "No assistant the caller may use with that id"},
+}
+
 
 def _describe(path: str, method: str, operation: dict[str, Any], public: bool) -> None:
     """Who may call a Litestar route, and what it answers that Litestar does not list."""
@@ -175,6 +184,7 @@ def _describe(path: str, method: str, operation: dict[str, Any], public: bool) -
         if path == VERIFY_PATH:  # it names no record and takes no body
             errors = {k: v for k, v in errors.items() if k not in ("404", "409")}
             errors["503"] = "The audit head log could not be read"
+        errors |= _MORE.get((method, path), {})
     for status, description in errors.items():
         responses.setdefault(status, _error(description, "GatewayError"))
 

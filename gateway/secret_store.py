@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
+import tempfile
 from pathlib import Path
 
 from gateway.private_files import private_dir
@@ -21,15 +23,33 @@ def resolve_secret_key(settings: Settings) -> str:
 
 
 def _load_or_create(path: Path) -> str:
-    if path.exists():
-        return path.read_text().strip()
+    """The secret in ``path``, generated there first when absent.
+
+    Written to a private temporary file and hard-linked into place: the link either
+    succeeds with the whole secret in it or fails because another process linked first, so
+    a process starting beside another never reads a half-written (or empty) secret.
+    """
+    with contextlib.suppress(FileNotFoundError):
+        return _read(path)
     private_dir(path.parent)
     value = secrets.token_urlsafe(48)
-    # O_EXCL: two processes starting together cannot both write different secrets.
+    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)  # 0600
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return path.read_text().strip()
-    with os.fdopen(fd, "w") as handle:
-        handle.write(value + "\n")
+        with os.fdopen(fd, "w") as handle:
+            handle.write(value + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        try:
+            os.link(temporary, path)
+        except FileExistsError:
+            return _read(path)
+    finally:
+        os.unlink(temporary)
+    return value
+
+
+def _read(path: Path) -> str:
+    value = path.read_text().strip()
+    if not value:
+        raise SettingsError(f"{path} is empty: delete it to generate a new secret, or set it")
     return value

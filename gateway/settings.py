@@ -13,7 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args, get_type_hints
 
+from inference.secret_env import FILE_SUFFIX, SecretFileError, secret_from_env
+
 PREFIX = "ENCLAVE_"
+# Settings that may instead be read from a file: ENCLAVE_<NAME>_FILE=/run/secrets/...
+SECRET_SETTINGS = ("database_url", "redis_url", "secret_key", "oidc_client_secret", "worker_token")
 
 Mode = Literal["embedded", "production"]
 LogFormat = Literal["auto", "json", "console"]
@@ -31,53 +35,81 @@ class Settings:
     Each field ``name`` is read from ``ENCLAVE_<NAME>`` (upper case).
     """
 
+    # embedded: one box, SQLite, secrets generated on first start; production: every
+    # secret, Postgres and Redis given, nothing generated.
     mode: Mode = "embedded"
+    # The address the gateway listens on.
     host: str = "127.0.0.1"
+    # The port the gateway listens on (1-65535).
     port: int = 8000
+    # The HTTP clients' line per request (worker health checks among them) shows only at debug.
     log_level: LogLevel = "info"
+    # auto: JSON when stdout is not a terminal, console lines when it is.
     log_format: LogFormat = "auto"
+    # The embedded default's files (SQLite, secrets, audit spool and head log, the worker's
+    # log), kept 0700/0600.
     data_dir: Path = field(default_factory=lambda: Path(".enclave"))
-    # Empty means the embedded default: SQLite under data_dir (production must set it).
+    # SQLAlchemy async URL (postgresql+asyncpg://...). Empty means the embedded default:
+    # SQLite under data_dir (production must set it).
     database_url: str = ""
-    # Where sessions live in production; empty in embedded mode (sessions go to the database).
+    # Redis: rate-limit and quota counters, sessions, login throttles, the config generation
+    # (production must set it). Empty: an in-process limiter, sessions in the database.
     redis_url: str = ""
-    # Signs nothing by itself; keys the API-key hash. Embedded mode generates one on first start.
+    # Keys the API-key hash, the login cookie's signature and the audit chain's HMAC; at
+    # least 32 characters in production. Embedded mode generates one on first start.
     secret_key: str = ""
     # The address users reach the gateway at (OIDC redirect URI, Secure cookies over https).
     public_url: str = ""
     # Production refuses a plain-http public URL unless this says it is on purpose.
     allow_insecure_public_url: bool = False
+    # The IdP's issuer URL (its /.well-known/openid-configuration is read); empty: SSO off.
     oidc_issuer: str = ""
+    # The client id registered at the IdP; required with an issuer.
     oidc_client_id: str = ""
+    # The client's secret, sent to the token endpoint with HTTP Basic.
     oidc_client_secret: str = ""
+    # The scopes the login asks for, space-separated. Entra ID and Google refuse a `groups`
+    # scope, and Keycloak and Okta refuse one they do not define: leave it out there.
+    oidc_scopes: str = "openid email profile groups"
+    # The ID token claim that lists the user's groups (department mappings, admin group).
     oidc_groups_claim: str = "groups"
+    # Members of this group (as the groups claim names it) are admins; others are members.
     oidc_admin_group: str = ""
+    # A session ends after this long without a request.
     session_idle_minutes: int = 60
+    # And after this long, however active.
     session_absolute_hours: int = 12
-    # Failed local logins allowed per account and per client address within the window;
-    # beyond them the login answers 429 without checking the password.
+    # Failed break-glass logins allowed per account within the window; beyond them the
+    # login answers 429 without checking the password.
     login_max_failures_per_account: int = 5
+    # The same, per client address, across accounts.
     login_max_failures_per_address: int = 20
+    # The window both counts run over (in Redis when configured, else per process).
     login_failure_window_seconds: int = 900
     # While the database is down, an API key is served from its last lookup only if that
     # lookup is younger than this; 0 refuses every key the database cannot check.
     key_outage_grace_seconds: int = 300
     # The department (slug) of users who have none; empty refuses them the API and chat.
     default_department: str = ""
-    # Traffic. Workers: comma-separated base URLs; each one's models come from its /v1/models.
+    # Workers: comma-separated base URLs; each one's models come from its /v1/models.
     # Empty in embedded mode: the gateway starts one worker on ``model`` itself.
     workers: str = ""
     # The bearer token workers require (their --api-key-env); generated in embedded mode.
     worker_token: str = ""
+    # The model (HF directory or .gguf) the embedded worker serves; its id is the path's stem.
     model: str = ".enclave/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+    # The port the embedded worker listens on (127.0.0.1 only).
     worker_port: int = 8100
     # Comma-separated names of variables the embedded worker gets from the gateway's
     # environment beyond its allow-list (see docs/workers-routing.md).
     worker_env: str = ""
+    # How often every worker's /ready and /v1/models are checked.
     health_interval_ms: int = 2000
+    # How long the gateway waits on a worker's answer (504 after).
     upstream_timeout_seconds: int = 600
     # Without Redis (or with it down) the limiter refuses with 503 unless this is on.
     limits_fail_open: bool = False
+    # The cap on each prompt and response body kept, for departments that keep bodies.
     audit_body_max_bytes: int = 65536
     # The largest OpenAI API request body the gateway reads (413 above it); text only, so a
     # long context is well under 1 MiB. Other routes keep Litestar's own 10 MiB cap.
@@ -87,6 +119,7 @@ class Settings:
     # Where each committed audit batch's head (seq, hash) is appended; empty: under data_dir.
     # Worth most on storage the database's administrator cannot rewrite (docs/audit.md).
     audit_head_file: str = ""
+    # An OTLP/HTTP collector (http://otel:4318): spans are recorded and exported only with it.
     otlp_endpoint: str = ""
     # The built web app (admin-ui/build); empty: the one beside the gateway package, which
     # `make ui` builds. A directory without index.html leaves `/` answering how to build it.
@@ -160,6 +193,8 @@ class Settings:
                 raise SettingsError(f"{env_name(name)} must be at least 1")
         if self.key_outage_grace_seconds < 0:
             raise SettingsError(f"{env_name('key_outage_grace_seconds')} must not be negative")
+        if self.oidc_issuer and "openid" not in self.oidc_scopes.split():
+            raise SettingsError(f"{env_name('oidc_scopes')} must include openid")
 
     def _check_public_url(self) -> None:
         """Production: the public URL is https (cookies are Secure there), and SSO has one."""
@@ -210,6 +245,9 @@ class Settings:
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         """Build settings from ``environ`` (default: the process environment).
 
+        Each secret setting (:data:`SECRET_SETTINGS`) may come from the file that
+        ``ENCLAVE_<NAME>_FILE`` names instead, read once here (one trailing newline
+        stripped); both forms at once, or a file that cannot be read, is an error.
         Unknown ``ENCLAVE_*`` variables are not an error here (other processes share the
         prefix); :func:`unknown_variables` lists them so the CLI can warn about typos.
         """
@@ -218,7 +256,13 @@ class Settings:
         names = {f.name for f in dataclasses.fields(cls)}
         values: dict[str, Any] = {}
         for name in names:
-            raw = env.get(env_name(name))
+            if name in SECRET_SETTINGS:
+                try:
+                    raw = secret_from_env(env, env_name(name))
+                except SecretFileError as exc:
+                    raise SettingsError(str(exc)) from None
+            else:
+                raw = env.get(env_name(name))
             if raw is not None:
                 values[name] = _convert(env_name(name), raw, hints[name])
         return cls(**values)
@@ -227,6 +271,7 @@ class Settings:
 def unknown_variables(environ: Mapping[str, str]) -> list[str]:
     """``ENCLAVE_*`` variables that name no setting: most likely typos."""
     names = {env_name(f.name) for f in dataclasses.fields(Settings)}
+    names |= {env_name(name) + FILE_SUFFIX for name in SECRET_SETTINGS}
     return sorted(k for k in environ if k.startswith(PREFIX) and k not in names)
 
 

@@ -1,8 +1,10 @@
 """What the running gateway holds: built once from settings in create_app, closed on shutdown.
 
 `GatewayState` (``app.state.gateway``) is the one owner of what every part of the gateway
-shares: the settings, the database, Redis, sessions, the key cache, the config generation
-and the audit writer (admin actions, sign-ins and the proxy all write to it). The proxy's
+shares: the settings, the database, Redis, sessions, the key cache, the config generation,
+the audit writer (admin actions, sign-ins and the proxy all write to it), and the
+department assistants' cache (the proxy's lookups) and prefix warmer (the admin API asks it
+to sync; it is handed the worker pool by create_app, once `Traffic` is built). The proxy's
 own parts (worker pool, limiter, metrics, HTTP client) are `Traffic`'s
 (gateway/domain/proxy/traffic.py, ``app.state.traffic``); neither holds the other's.
 """
@@ -19,6 +21,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from gateway.config_generation import ConfigGeneration
 from gateway.db.engine import create_engine, session_factory
+from gateway.domain.assistants.cache import AssistantCache
+from gateway.domain.assistants.warming import PrefixWarmer
 from gateway.domain.audit.console_verify import ChainVerification
 from gateway.domain.audit.retention import retention_loop
 from gateway.domain.audit.seal import ChainSeal
@@ -54,10 +58,17 @@ class GatewayState:
     # The console's chain check (POST /api/admin/audit/verify): one walk at a time.
     verification: ChainVerification = field(init=False)
     retention: asyncio.Task[None] | None = None  # the audit retention job, when configured
+    # Each department's assistants, for the proxy (a few seconds' cache; assistants/cache.py).
+    assistants: AssistantCache = field(init=False)
+    # Pins assistants' system messages in the workers' prefix caches (assistants/warming.py).
+    warmer: PrefixWarmer = field(init=False)
 
     def __post_init__(self) -> None:
         self.generation = ConfigGeneration(self.redis, self.settings.data_dir)
         self.verification = ChainVerification(self.db, self.audit.seal)
+        grace = float(self.settings.key_outage_grace_seconds)
+        self.assistants = AssistantCache(self.db, outage_grace_s=grace)
+        self.warmer = PrefixWarmer(self.db)
 
     @classmethod
     def build(cls, settings: Settings) -> GatewayState:

@@ -33,8 +33,9 @@ import httpx
 from gateway.bench.console_calls import Call, calls_for
 from gateway.bench.console_seed import Seeded, Sizes, seed
 from gateway.bench.fake_upstream import FakeUpstream
-from gateway.bench.gateway_bench import _free_port, _start_gateway
+from gateway.bench.gateway_bench import _start_gateway
 from gateway.bench.report import emit
+from gateway.ports import free_port
 
 ADMIN_EMAIL = "bench-admin@example.org"
 
@@ -112,7 +113,7 @@ async def _on_database(args: argparse.Namespace, url: str, data_dir: Path) -> di
         "ENCLAVE_WORKER_TOKEN": "bench",
         "ENCLAVE_LOG_LEVEL": "warning",
         "ENCLAVE_LOG_FORMAT": "json",
-        "ENCLAVE_PORT": str(_free_port()),
+        "ENCLAVE_PORT": str(free_port()),
     }
     settings = Settings.from_env({k: v for k, v in env.items() if k.startswith("ENCLAVE_")})
     start = time.perf_counter()

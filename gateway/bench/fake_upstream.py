@@ -3,6 +3,8 @@
 Raw asyncio HTTP/1.1 with keep-alive: it answers /ready, /health, /v1/models and
 /v1/chat/completions (a fixed stream of ``chunks`` SSE events, or one JSON body) with
 almost no work of its own, so what a benchmark measures is the gateway in front of it.
+/tokenize counts a token per word of the messages' contents (or the prompt), plus
+``TEMPLATE_TOKENS`` per message for a chat template's wrapping.
 """
 
 from __future__ import annotations
@@ -12,6 +14,19 @@ import json
 import threading
 
 MODEL = "bench-model"
+TEMPLATE_TOKENS = 4
+
+
+def fake_token_count(body: bytes) -> int:
+    """What the fake /tokenize answers for a request ``body`` (0 for one it cannot read)."""
+    try:
+        request = json.loads(body or b"{}")
+        messages = request.get("messages") or []
+        if not messages:
+            return len(str(request.get("prompt") or "").split())
+        return sum(len(str(m.get("content") or "").split()) + TEMPLATE_TOKENS for m in messages)
+    except (ValueError, AttributeError):
+        return 0
 
 
 def _chunk(i: int) -> bytes:
@@ -48,6 +63,7 @@ class FakeUpstream:
         self.interval = interval  # seconds between a stream's events (0: all at once)
         self.completions = 0  # completion requests received
         self.last_head = b""  # the last completion request's head (tests read its headers)
+        self.last_tokenize = b""  # the last /tokenize request's body
         # Tests hold completions open until they set this (a threading.Event: any thread).
         self.release: threading.Event | None = None
         body = (
@@ -133,6 +149,11 @@ class FakeUpstream:
                         writer.write(b"0\r\n\r\n")
                 elif path.startswith(b"/v1/models"):
                     writer.write(self._models)
+                elif path.startswith(b"/tokenize"):
+                    self.last_tokenize = body
+                    count = fake_token_count(body)
+                    answer = {"count": count, "max_model_len": 4096, "tokens": [0] * count}
+                    writer.write(_response(b"application/json", json.dumps(answer).encode()))
                 else:
                     writer.write(self._ok)
                 await writer.drain()

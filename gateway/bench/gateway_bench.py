@@ -27,6 +27,7 @@ import httpx
 from gateway.bench.fake_upstream import MODEL, FakeUpstream
 from gateway.bench.load import LoadResult, http_request, run_load
 from gateway.bench.report import emit
+from gateway.ports import free_port
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -141,7 +142,7 @@ def _prepare_gateway(
         "ENCLAVE_WORKERS": f"http://127.0.0.1:{fake_port}",
         "ENCLAVE_WORKER_TOKEN": "bench",
         "ENCLAVE_LOG_FORMAT": "json",
-        "ENCLAVE_PORT": str(_free_port()),
+        "ENCLAVE_PORT": str(free_port()),
     }
     if args.database_url:
         env["ENCLAVE_DATABASE_URL"] = args.database_url
@@ -204,14 +205,6 @@ def _cpu_seconds(pid: int) -> float | None:
             found = True
             total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     return total if found else None
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _merge(into: LoadResult, part: LoadResult) -> None:

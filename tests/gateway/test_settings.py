@@ -97,3 +97,10 @@ def test_identity_defaults() -> None:
     assert settings.login_max_failures_per_address == 20
     assert settings.login_failure_window_seconds == 900
     assert settings.default_department == "" and not settings.allow_insecure_public_url
+
+
+def test_oidc_scopes_must_include_openid() -> None:
+    sso = {"ENCLAVE_OIDC_ISSUER": "https://idp.example", "ENCLAVE_OIDC_CLIENT_ID": "enclave"}
+    assert Settings.from_env(sso).oidc_scopes == "openid email profile groups"
+    with pytest.raises(SettingsError, match="ENCLAVE_OIDC_SCOPES must include openid"):
+        Settings.from_env({**sso, "ENCLAVE_OIDC_SCOPES": "email profile"})

@@ -1,6 +1,7 @@
 """Every table, imported here so ``Base.metadata`` knows them all."""
 
 from gateway.db.models.api_key import ApiKey
+from gateway.db.models.assistant import Assistant, AssistantVersion
 from gateway.db.models.audit import AuditRecord
 from gateway.db.models.conversation import Conversation, ConversationMessage
 from gateway.db.models.department import Department
@@ -12,6 +13,8 @@ from gateway.db.models.user import User
 
 __all__ = [
     "ApiKey",
+    "Assistant",
+    "AssistantVersion",
     "AuditChain",
     "AuditRecord",
     "Conversation",

@@ -40,6 +40,10 @@ class Conversation(IdMixin, CreatedMixin, Base):
     model: Mapped[str] = mapped_column(String(200))
     system_prompt: Mapped[str] = mapped_column(Text, default="")
     updated_at: Mapped[datetime] = mapped_column(default=utc_now)
+    # The department assistant the chat was started with, and its version then. No foreign
+    # key: an assistant is archived, never deleted, and the chat keeps naming it.
+    assistant_id: Mapped[uuid.UUID | None] = mapped_column(default=None)
+    assistant_version: Mapped[int | None] = mapped_column(Integer, default=None)
 
 
 class ConversationMessage(CreatedMixin, Base):
@@ -62,3 +66,5 @@ class ConversationMessage(CreatedMixin, Base):
     model: Mapped[str | None] = mapped_column(String(200), default=None)
     prompt_tokens: Mapped[int | None] = mapped_column(default=None)
     completion_tokens: Mapped[int | None] = mapped_column(default=None)
+    # The assistant version that answered (an assistant message of an assistant's chat).
+    assistant_version: Mapped[int | None] = mapped_column(Integer, default=None)

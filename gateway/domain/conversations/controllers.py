@@ -21,7 +21,7 @@ from gateway.domain.conversations.schemas import (
     SearchResults,
     Truncate,
 )
-from gateway.domain.conversations.service import ConversationService, to_read
+from gateway.domain.conversations.service import ConversationService
 from gateway.domain.identity.guards import require_user
 from gateway.domain.identity.principal import Principal
 from gateway.domain.pagination import Page
@@ -34,7 +34,8 @@ def provide_service(
 ) -> ConversationService:
     if principal.user is None:  # require_user has refused such a caller already
         raise PermissionError("sign in first")
-    return ConversationService(db, principal.user.id)
+    department = principal.department.id if principal.department else None
+    return ConversationService(db, principal.user.id, department)
 
 
 class ConversationController(Controller):
@@ -67,7 +68,7 @@ class ConversationController(Controller):
         conversations: NamedDependency[ConversationService],
         data: JSONBody[ConversationCreate],
     ) -> ConversationRead:
-        return to_read(await conversations.create(data))
+        return await conversations.summary(await conversations.create(data))
 
     @get("/{conversation_id:uuid}")
     async def get_conversation(
@@ -82,7 +83,7 @@ class ConversationController(Controller):
         conversation_id: Id,
         data: JSONBody[ConversationUpdate],
     ) -> ConversationRead:
-        return to_read(await conversations.update(conversation_id, data))
+        return await conversations.summary(await conversations.update(conversation_id, data))
 
     @delete("/{conversation_id:uuid}")
     async def delete_conversation(

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from gateway.domain.fields import NO_NUL, Count32, ModelName, Name
+from gateway.domain.fields import NO_NUL, Count32, Int32, ModelName, Name
 
 # 256 Ki characters (up to 1 MiB of UTF-8): far past any model's context, small enough that
 # a conversation of them stays a sane row set. Postgres refuses NUL in text.
@@ -21,9 +21,13 @@ Role = Literal["user", "assistant"]
 
 
 class ConversationCreate(msgspec.Struct, forbid_unknown_fields=True):
-    model: ModelName
+    """``model`` is required unless ``assistant_id`` names one of the caller's department's
+    assistants (GET /api/assistants): then the model is the assistant's slug."""
+
+    model: ModelName = ""
     title: Name = ""
     system_prompt: LongText = ""
+    assistant_id: uuid.UUID | None = None
 
 
 class ConversationUpdate(msgspec.Struct, forbid_unknown_fields=True):
@@ -46,6 +50,9 @@ class MessageCreate(msgspec.Struct, forbid_unknown_fields=True):
     role: Role
     content: LongText
     usage: Usage | None = None
+    # The assistant version that answered (the x-enclave-assistant header's version):
+    # assistant messages of a conversation started with an assistant only.
+    assistant_version: Int32 | None = None
 
 
 class MessagesAppend(msgspec.Struct, forbid_unknown_fields=True):
@@ -62,6 +69,17 @@ class MessageRead(msgspec.Struct):
     content: str
     created_at: datetime
     usage: Usage | None = None
+    assistant_version: int | None = None
+
+
+class AssistantRef(msgspec.Struct):
+    """The department assistant a conversation was started with, and its version then (it
+    stays named after the assistant is archived)."""
+
+    id: uuid.UUID
+    slug: str
+    name: str
+    version: int
 
 
 class ConversationRead(msgspec.Struct):
@@ -73,6 +91,7 @@ class ConversationRead(msgspec.Struct):
     system_prompt: str
     created_at: datetime
     updated_at: datetime
+    assistant: AssistantRef | None
 
 
 class ConversationDetail(ConversationRead):

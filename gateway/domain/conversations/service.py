@@ -10,10 +10,12 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.db.base import as_utc, utc_now
-from gateway.db.models import Conversation, ConversationMessage
+from gateway.db.models import Assistant, Conversation, ConversationMessage
+from gateway.domain.assistants.service import AssistantService
 from gateway.domain.conversations import pages
 from gateway.domain.conversations.schemas import (
     MAX_MESSAGES,
+    AssistantRef,
     ConversationCreate,
     ConversationDetail,
     ConversationRead,
@@ -26,7 +28,11 @@ from gateway.domain.pagination import Page
 from gateway.errors import NotFoundError
 
 
-def to_read(row: Conversation) -> ConversationRead:
+def to_read(row: Conversation, assistant: Assistant | None = None) -> ConversationRead:
+    """``assistant``: the row of the assistant the conversation was started with, if any."""
+    ref = None
+    if assistant is not None and row.assistant_version is not None:
+        ref = AssistantRef(assistant.id, assistant.slug, assistant.name, row.assistant_version)
     return ConversationRead(
         row.id,
         row.title,
@@ -34,36 +40,55 @@ def to_read(row: Conversation) -> ConversationRead:
         row.system_prompt,
         as_utc(row.created_at),
         as_utc(row.updated_at),
+        ref,
     )
 
 
 def message_read(row: ConversationMessage) -> MessageRead:
     reported = (row.prompt_tokens, row.completion_tokens, row.model)
     usage = Usage(*reported) if any(v is not None for v in reported) else None
-    return MessageRead(row.position, row.role, row.content, as_utc(row.created_at), usage)
+    return MessageRead(
+        row.position,
+        row.role,
+        row.content,
+        as_utc(row.created_at),
+        usage,
+        row.assistant_version,
+    )
 
 
 def message_row(
-    conversation_id: uuid.UUID, position: int, data: MessageCreate
+    conversation: Conversation, position: int, data: MessageCreate
 ) -> ConversationMessage:
     usage = data.usage or Usage()
     if data.usage is not None and data.role != "assistant":
         raise ValueError("usage belongs to assistant messages only")
+    if data.assistant_version is not None:
+        if data.role != "assistant":
+            raise ValueError("assistant_version belongs to assistant messages only")
+        if conversation.assistant_id is None:
+            raise ValueError(
+                "assistant_version: this conversation was not started with an assistant"
+            )
     return ConversationMessage(
-        conversation_id=conversation_id,
+        conversation_id=conversation.id,
         position=position,
         role=data.role,
         content=data.content,
         model=usage.model,
         prompt_tokens=usage.prompt_tokens,
         completion_tokens=usage.completion_tokens,
+        assistant_version=data.assistant_version,
     )
 
 
 class ConversationService:
-    def __init__(self, db: AsyncSession, user_id: uuid.UUID) -> None:
+    def __init__(
+        self, db: AsyncSession, user_id: uuid.UUID, department_id: uuid.UUID | None = None
+    ) -> None:
         self.db = db
         self.user_id = user_id
+        self.department_id = department_id  # whose assistants a new conversation may use
 
     async def get(self, conversation_id: uuid.UUID) -> Conversation:
         row = await self.db.scalar(
@@ -89,16 +114,45 @@ class ConversationService:
             raise NotFoundError("no such conversation")
         return await self.get(conversation_id)
 
+    async def summary(self, row: Conversation) -> ConversationRead:
+        """``row`` as the API shows it, with the assistant it was started with."""
+        assistants = await self._assistants([row])
+        return to_read(row, assistants.get(row.assistant_id) if row.assistant_id else None)
+
+    async def _assistants(self, rows: list[Conversation]) -> dict[uuid.UUID, Assistant]:
+        """The assistants ``rows`` were started with (archived ones too), by id."""
+        ids = {row.assistant_id for row in rows if row.assistant_id is not None}
+        if not ids:
+            return {}
+        found = await self.db.scalars(select(Assistant).where(Assistant.id.in_(ids)))
+        return {a.id: a for a in found}
+
     async def list_page(self, after: str | None, limit: int) -> Page[ConversationRead]:
         mine = select(Conversation).where(Conversation.user_id == self.user_id)
-        rows = (await self.db.scalars(pages.newest_first(mine, after, limit))).all()
-        return pages.make_page(list(rows), limit, to_read)
+        rows = list((await self.db.scalars(pages.newest_first(mine, after, limit))).all())
+        assistants = await self._assistants(rows[:limit])
+        return pages.make_page(rows, limit, lambda r: to_read(r, assistants.get(r.assistant_id)))
 
     async def create(self, data: ConversationCreate) -> Conversation:
         now = utc_now()
-        row = Conversation(user_id=self.user_id, created_at=now, updated_at=now)
-        for name, value in msgspec.structs.asdict(data).items():
-            setattr(row, name, value)
+        row = Conversation(
+            user_id=self.user_id,
+            created_at=now,
+            updated_at=now,
+            title=data.title,
+            model=data.model,
+            system_prompt=data.system_prompt,
+        )
+        if data.assistant_id is not None:
+            # Not the caller's department's, archived, or none: not found, all alike.
+            assistant, _ = await AssistantService(self.db).usable(
+                data.assistant_id, self.department_id
+            )
+            row.model = assistant.slug
+            row.assistant_id = assistant.id
+            row.assistant_version = assistant.current_version
+        elif not data.model.strip():
+            raise ValueError("model is required (or an assistant_id)")
         self.db.add(row)
         await self.db.flush()
         return row
@@ -121,7 +175,7 @@ class ConversationService:
             .where(ConversationMessage.conversation_id == row.id)
             .order_by(ConversationMessage.position)
         )
-        summary = msgspec.structs.asdict(to_read(row))
+        summary = msgspec.structs.asdict(await self.summary(row))
         return ConversationDetail(**summary, messages=[message_read(m) for m in messages])
 
     async def append(
@@ -136,7 +190,7 @@ class ConversationService:
         start = 0 if last is None else last + 1
         if start + len(messages) > MAX_MESSAGES:
             raise ValueError(f"a conversation holds at most {MAX_MESSAGES} messages")
-        self.db.add_all(message_row(row.id, start + i, m) for i, m in enumerate(messages))
+        self.db.add_all(message_row(row, start + i, m) for i, m in enumerate(messages))
         await self.db.flush()
         return await self.detail(row.id)
 

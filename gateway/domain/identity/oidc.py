@@ -16,7 +16,6 @@ from joserfc.jwk import KeySet
 from gateway.domain.identity.pending_login import PendingLogin
 from gateway.settings import Settings
 
-SCOPES = "openid email profile groups"
 ALGORITHMS = ["RS256", "PS256", "ES256", "EdDSA"]
 
 
@@ -44,6 +43,7 @@ class OidcClient:
         self.issuer = settings.oidc_issuer.rstrip("/")
         self.client_id = settings.oidc_client_id
         self.client_secret = settings.oidc_client_secret
+        self.scopes = " ".join(settings.oidc_scopes.split())
         self.redirect_uri = settings.base_url + "/auth/callback"
         self._metadata: ProviderMetadata | None = None
         self._keys: KeySet | None = None
@@ -84,7 +84,7 @@ class OidcClient:
         return AsyncOAuth2Client(
             self.client_id,
             self.client_secret,
-            scope=SCOPES,
+            scope=self.scopes,
             redirect_uri=self.redirect_uri,
             code_challenge_method="S256",
             timeout=10,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+import msgspec
 import structlog
 
 from gateway.domain.audit.entry import AuditEntry, cap_body
@@ -25,7 +26,8 @@ from gateway.domain.proxy.sse import Usage
 log = structlog.get_logger("gateway.proxy")
 
 # The audit details of a request the web UI made: one signed in with a session, not a key
-# (the UI never holds a key). An API request has no details.
+# (the UI never holds a key). An API request has no details, unless it named an assistant:
+# then they say which, and which version ({"assistant": slug, "assistant_version": n}).
 VIA_UI = '{"via":"ui"}'
 
 
@@ -115,8 +117,19 @@ def _entry(exchange: Exchange, ending: Ending, usage: Usage | None, elapsed: flo
         response_body=cap_body(response_body, exchange.body_cap)
         if keep and response_body
         else None,
-        details=VIA_UI if principal.session is not None and principal.api_key is None else None,
+        details=_details(exchange),
     )
+
+
+def _details(exchange: Exchange) -> str | None:
+    principal = exchange.principal
+    via_ui = principal.session is not None and principal.api_key is None
+    if not exchange.assistant:
+        return VIA_UI if via_ui else None
+    details: dict[str, object] = {"via": "ui"} if via_ui else {}
+    details["assistant"] = exchange.assistant
+    details["assistant_version"] = exchange.assistant_version
+    return msgspec.json.encode(details).decode()
 
 
 def _ms(seconds: float) -> float:

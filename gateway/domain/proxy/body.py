@@ -76,12 +76,19 @@ class ApiRequest:
     def affinity_key(self) -> str:
         """Requests that start alike (same system prompt) share a key, hence a worker."""
         if self.endpoint == "chat.completions":
-            messages = self.body.get("messages", [])
-            first = messages[0] if messages else {}
-            text = _message_text(first) if isinstance(first, dict) else ""
-        else:
-            text = self.prompt_text()
-        return hashlib.blake2b(text[:AFFINITY_CHARS].encode(), digest_size=16).hexdigest()
+            return chat_affinity_key(self.body.get("messages", []))
+        return _affinity_of(self.prompt_text())
+
+
+def chat_affinity_key(messages: list[Any]) -> str:
+    """The affinity key of a chat: its first message decides. The prefix warmer computes
+    an assistant's key with this too, so its pin lands where the assistant's requests go."""
+    first = messages[0] if messages else {}
+    return _affinity_of(_message_text(first) if isinstance(first, dict) else "")
+
+
+def _affinity_of(text: str) -> str:
+    return hashlib.blake2b(text[:AFFINITY_CHARS].encode(), digest_size=16).hexdigest()
 
 
 def parse(endpoint: str, raw: bytes) -> ApiRequest:
@@ -95,6 +102,11 @@ def parse(endpoint: str, raw: bytes) -> ApiRequest:
         ) from None
     except RecursionError:  # msgspec's answer to a body nested ~1000 levels deep
         raise ApiError(400, "the request body is nested too deeply", reason="bad_request") from None
+    return parse_body(endpoint, body)
+
+
+def parse_body(endpoint: str, body: Any) -> ApiRequest:
+    """`parse` for a decoded body (the proxy re-reads one it rewrote for an assistant)."""
     if not isinstance(body, dict):
         raise ApiError(400, "the request body must be a JSON object", reason="bad_request")
     model = body.get("model")

@@ -39,6 +39,9 @@ class Exchange:
     prompt_body: str | None = None
     finished: bool = False
     client_request_id: str = ""  # the caller's X-Request-Id, if it sent a plain one
+    # The department assistant the request named (its slug and the version used), if any.
+    assistant: str = ""
+    assistant_version: int = 0
 
 
 @dataclass(frozen=True, slots=True)

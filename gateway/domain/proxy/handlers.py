@@ -4,27 +4,33 @@ Raw ASGI handlers: the gateway passes bytes through rather than re-encoding them
 for the client leaving, and answers every failure with OpenAI's error body. Each request
 is one `Exchange` (data), checked by `admission.py`, forwarded by `upstream.py` and ended,
 exactly once, by `Accounting`, which gets the limiter and metrics from `Traffic` and the
-audit writer from `GatewayState` (see traffic.py for who owns what).
+audit writer from `GatewayState` (see traffic.py for who owns what). A chat request whose
+model is one of the caller's department's assistants is rewritten to the request it stands
+for before anything else looks at it (gateway/domain/assistants/resolve.py).
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import TYPE_CHECKING
 
 import msgspec
+import structlog
 from litestar import asgi
 from litestar.types import Message, Receive, Scope, Send
 from opentelemetry import trace
 
+from gateway.domain.assistants.cache import AssistantsUnavailable
+from gateway.domain.assistants.resolve import HEADER, model_cards, resolve, rewrite
 from gateway.domain.audit.entry import cap_body
 from gateway.domain.identity.middleware import PRINCIPAL_KEY
 from gateway.domain.identity.principal import CSRF_HEADER, Principal
-from gateway.domain.limits.types import Reservation
 from gateway.domain.proxy.accounting import Accounting
 from gateway.domain.proxy.admission import admit, allowed, authorize, check_allowed, pick
 from gateway.domain.proxy.asgi_io import ClientGone, read_body, send_bytes, send_error
 from gateway.domain.proxy.body import ApiRequest, parse
+from gateway.domain.proxy.constraints import constraint_kind
 from gateway.domain.proxy.exchange import Ending, Exchange
 from gateway.domain.proxy.openai_errors import ApiError
 from gateway.domain.proxy.sse import Usage
@@ -44,6 +50,8 @@ from gateway.tracing import traceparent_of
 if TYPE_CHECKING:
     from gateway.state import GatewayState
 
+log = structlog.get_logger("gateway.proxy")
+
 
 async def chat_completions_api(scope: Scope, receive: Receive, send: Send) -> None:
     await serve_completion(scope, receive, send, "chat.completions")
@@ -61,8 +69,20 @@ async def models_api(scope: Scope, receive: Receive, send: Send) -> None:
         if _method(scope) != "GET":
             raise ApiError(405, "use GET for /v1/models", reason="bad_request")
         authorize(exchange.principal, _method(scope), _csrf(headers))
-        visible = [m for m in traffic.pool.models() if allowed(exchange.principal, m)]
+        principal = exchange.principal
+        served = traffic.pool.models()
+        visible = [m for m in served if allowed(principal, m)]
         cards = [{"id": m, "object": "model", "created": 0, "owned_by": "enclave"} for m in visible]
+        department = principal.department
+        if department is not None:
+            gateway: GatewayState = scope["litestar_app"].state.gateway
+            try:
+                assistants = await gateway.assistants.of_department(department.id)
+            except AssistantsUnavailable as exc:  # the served models are listed all the same
+                log.warning("assistants_unlisted", department=department.slug, error=str(exc))
+                assistants = {}
+            admits = functools.partial(allowed, principal)
+            cards += model_cards(assistants, department.slug, admits, served)
         body = msgspec.json.encode({"object": "list", "data": cards})
         await send_bytes(send, 200, body, {}, "application/json")
         await accounting.finish(exchange, Ending(200))
@@ -122,7 +142,19 @@ async def serve_completion(scope: Scope, receive: Receive, send: Send, endpoint:
                 exchange.prompt_body = cap_body(raw.decode("utf-8", "replace"), exchange.body_cap)
             request = parse(endpoint, raw)
             exchange.model = request.model
+            gateway: GatewayState = scope["litestar_app"].state.gateway
+            assistant = await resolve(
+                gateway.assistants, traffic.pool, exchange.principal, request.model
+            )
+            if assistant is not None:
+                exchange.assistant = assistant.slug
+                exchange.assistant_version = assistant.version
+                request = rewrite(request, assistant, traffic.pool)
+                exchange.model = request.model
             exchange.streamed = request.stream
+            kind = constraint_kind(request.body)
+            if kind is not None:
+                traffic.metrics.constrained.labels(kind).inc()
             exchange.estimated_prompt_tokens = request.estimated_prompt_tokens()
             check_allowed(exchange.principal, request.model)
             upstream = pick(traffic.pool, request)
@@ -137,7 +169,7 @@ async def serve_completion(scope: Scope, receive: Receive, send: Send, endpoint:
         except ApiError as error:
             if not exchange.finished:
                 if not response_started:
-                    await send_error(send, _with_limits(error, exchange.reservation))
+                    await send_error(send, _with_limits(error, exchange))
                 # A worker that was never reached spent nothing: give the reservation back.
                 unspent = Usage() if error.reason == "upstream_unreachable" else None
                 await accounting.finish(exchange, _refused(error, unspent))
@@ -161,7 +193,7 @@ async def _forward(
     span: trace.Span,
 ) -> Ending:
     """Send to ``upstream``; a worker that cannot be reached is retried once elsewhere."""
-    reply_headers = exchange.reservation.headers if exchange.reservation else {}
+    reply_headers = _reply_headers(exchange)
     body = request.upstream_body()
     retries = 1
     while True:
@@ -233,9 +265,21 @@ def _refused(error: ApiError, usage: Usage | None = None) -> Ending:
     return Ending(error.status, usage, reason=error.reason, error=error.message)
 
 
-def _with_limits(error: ApiError, reservation: Reservation | None) -> ApiError:
-    if reservation is not None and error.status != 429:
-        error.headers = {**reservation.headers, **error.headers}
+def _reply_headers(exchange: Exchange) -> dict[str, str]:
+    """The gateway's own headers on an answer: the limits' state, the assistant used."""
+    headers = exchange.reservation.headers if exchange.reservation else {}
+    return {**headers, **_assistant_header(exchange)} if exchange.assistant else headers
+
+
+def _assistant_header(exchange: Exchange) -> dict[str, str]:
+    return {HEADER: f"{exchange.assistant}; version={exchange.assistant_version}"}
+
+
+def _with_limits(error: ApiError, exchange: Exchange) -> ApiError:
+    if exchange.reservation is not None and error.status != 429:
+        error.headers = {**exchange.reservation.headers, **error.headers}
+    if exchange.assistant:
+        error.headers = {**_assistant_header(exchange), **error.headers}
     return error
 
 

@@ -55,6 +55,12 @@ class GatewayMetrics:
             ["department", "kind"],
             registry=reg,
         )
+        self.constrained = Counter(
+            f"{PREFIX}_constrained_requests",
+            "Requests with a structured-output constraint (response_format or guided_*), by kind.",
+            ["kind"],
+            registry=reg,
+        )
         self.upstream_healthy = Gauge(
             f"{PREFIX}_upstream_healthy",
             "1 while a worker passes its checks.",
@@ -65,6 +71,13 @@ class GatewayMetrics:
             f"{PREFIX}_upstream_in_flight",
             "Requests in flight per worker.",
             ["upstream"],
+            registry=reg,
+        )
+        self.worker_restarts = Counter(
+            f"{PREFIX}_worker_restarts",
+            "Restarts of the worker the gateway supervises, by reason (crash, start_failed,"
+            " admin).",
+            ["reason"],
             registry=reg,
         )
         self.audit_pending = Gauge(
@@ -94,6 +107,9 @@ class GatewayMetrics:
     def render(
         self, pool: WorkerPool, audit_pending: int, audit_spooled: int, unsettled: int = 0
     ) -> bytes:
+        # Cleared first: a worker a weight swap replaced leaves no stale series behind.
+        self.upstream_healthy.clear()
+        self.upstream_in_flight.clear()
         for upstream in pool.upstreams:
             self.upstream_healthy.labels(upstream.url).set(1 if upstream.healthy else 0)
             self.upstream_in_flight.labels(upstream.url).set(upstream.in_flight)

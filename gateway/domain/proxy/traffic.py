@@ -50,7 +50,17 @@ class Traffic:
     loads: LoadScraper = field(default_factory=LoadScraper)
     # An admin's restart of the supervised worker, while it runs (workers/admin.py).
     restarting: asyncio.Task[None] | None = None
+    # An admin's weight swap of the supervised worker, while it runs (workers/swap.py).
+    swapping: asyncio.Task[None] | None = None
+    swap_error: str = ""  # why the last weight swap failed ("" when it did not)
     _starting: asyncio.Task[None] | None = None
+
+    def busy(self) -> str:
+        """What the supervised worker is going through now ("" when nothing)."""
+        for what, task in (("restarting", self.restarting), ("reloading", self.swapping)):
+            if task is not None and not task.done():
+                return what
+        return ""
 
     @classmethod
     def build(
@@ -92,10 +102,11 @@ class Traffic:
     async def close(self) -> None:
         if self._starting is not None:
             self._starting.cancel()
-        if self.restarting is not None:
-            self.restarting.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self.restarting
+        for task in (self.restarting, self.swapping):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
         await self.pool.close()
         await self.http.close()
         await self.limiter.close()

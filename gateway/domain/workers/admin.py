@@ -7,28 +7,36 @@ only ever calls the URLs of its own configuration. Drain takes the worker out of
 finishes its streams, up to ``DRAIN_TIMEOUT_S``), starts a new one and puts it back once
 it is ready. A restart runs in the background: the answer (202) comes at once and the view
 shows ``restarting`` until it is over. Both are audit records (``worker.drain``,
-``worker.restart``). A worker the gateway does not run answers 409: its owner restarts it.
+``worker.restart``). Reload is a weight swap (swap.py), in the background too
+(``worker.reload``). A worker the gateway does not run answers 409: its owner restarts it.
 """
 
 from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import structlog
 from litestar import Controller, Request, get, post
 from litestar.di import NamedDependency
 from litestar.exceptions import ClientException
-from litestar.params import FromPath
+from litestar.params import FromPath, JSONBody
 
 from gateway.domain.audit.actions import action_entry
 from gateway.domain.audit.events import actor_of
 from gateway.domain.identity.guards import require_admin
 from gateway.domain.proxy.traffic import Traffic
-from gateway.domain.workers.admin_schemas import WorkerLoad, WorkerRead, WorkersRead
+from gateway.domain.workers.admin_schemas import (
+    WorkerLoad,
+    WorkerRead,
+    WorkerReload,
+    WorkersRead,
+)
 from gateway.domain.workers.load import Scrape
 from gateway.domain.workers.pool import Upstream
+from gateway.domain.workers.swap import Swap, run_swap
 from gateway.errors import NotFoundError
 from gateway.state import GatewayState
 
@@ -66,7 +74,7 @@ def _load(scrape: Scrape, at: datetime) -> WorkerLoad | None:
 
 def _read(traffic: Traffic, index: int, upstream: Upstream, scrape: Scrape | None) -> WorkerRead:
     supervised = _supervised(traffic, upstream)
-    restarting = traffic.restarting
+    busy = traffic.busy()
     at = datetime.now(UTC)
     return WorkerRead(
         index=index,
@@ -75,7 +83,9 @@ def _read(traffic: Traffic, index: int, upstream: Upstream, scrape: Scrape | Non
         state=upstream.state,
         draining=upstream.draining,
         supervised=supervised,
-        restarting=supervised and restarting is not None and not restarting.done(),
+        restarting=supervised and busy == "restarting",
+        reloading=supervised and busy == "reloading",
+        reload_error=traffic.swap_error if supervised else "",
         models=list(upstream.models),
         max_model_len=dict(upstream.max_model_len),
         in_flight=upstream.in_flight,
@@ -104,6 +114,7 @@ async def _restart(traffic: Traffic, upstream: Upstream) -> None:
     supervisor = traffic.supervisor
     assert supervisor is not None  # _supervised_upstream checked it
     upstream.draining = True
+    traffic.pool.mark_restarting(upstream)  # its return re-runs the on_healthy callbacks
     try:
         await supervisor.restart(DRAIN_TIMEOUT_S)
     except Exception:
@@ -111,6 +122,23 @@ async def _restart(traffic: Traffic, upstream: Upstream) -> None:
     finally:
         upstream.draining = False
         await traffic.pool.check(upstream)  # back in at once, not at the next interval
+
+
+def _check_idle(traffic: Traffic, what: str) -> None:
+    busy = traffic.busy()
+    if busy:
+        raise ClientException(status_code=409, detail=f"this worker is already {busy}")
+    if traffic.supervisor is not None and traffic.supervisor.starting:
+        raise ClientException(
+            status_code=409,
+            detail=f"the embedded worker is still starting: {what} it once it is ready",
+        )
+    if traffic.supervisor is None or not traffic.supervisor.running:
+        raise ClientException(
+            status_code=409,
+            detail="the embedded worker is not running (its start failed or the gateway "
+            "is stopping): the gateway's log says why",
+        )
 
 
 class WorkerAdminController(Controller):
@@ -151,22 +179,41 @@ class WorkerAdminController(Controller):
     ) -> WorkerRead:
         traffic = _traffic(request)
         upstream = _supervised_upstream(traffic, index)
-        if traffic.restarting is not None and not traffic.restarting.done():
-            raise ClientException(status_code=409, detail="this worker is already restarting")
-        if traffic.supervisor is not None and traffic.supervisor.starting:
-            raise ClientException(
-                status_code=409,
-                detail="the embedded worker is still starting: restart it once it is ready",
-            )
-        if traffic.supervisor is None or not traffic.supervisor.running:
-            raise ClientException(
-                status_code=409,
-                detail="the embedded worker is not running (its start failed or the gateway "
-                "is stopping): the gateway's log says why",
-            )
+        _check_idle(traffic, "restart")
         traffic.restarting = asyncio.create_task(_restart(traffic, upstream), name="restart")
         entry = action_entry(
             actor_of(request), "worker.restart", "worker", upstream.url, status_code=202
         )
+        gateway.audit.submit(entry)
+        return _read(traffic, index, upstream, None)
+
+    @post("/{index:int}/reload", status_code=202)
+    async def reload(
+        self,
+        request: Request,
+        gateway: NamedDependency[GatewayState],
+        index: FromPath[int],
+        data: JSONBody[WorkerReload],
+    ) -> WorkerRead:
+        """A weight swap (see workers/swap.py): answers at once; ``reloading`` is true in
+        the view until it is over, and its outcome is the audit record worker.reloaded."""
+        traffic = _traffic(request)
+        upstream = _supervised_upstream(traffic, index)
+        _check_idle(traffic, "reload")
+        model = Path(data.model)
+        if not model.is_absolute() or not model.exists():
+            raise ClientException(
+                status_code=400,
+                detail=f"no model at {data.model} (an absolute path on the gateway's machine)",
+            )
+        swap = Swap(model, data.name, data.one_at_a_time, DRAIN_TIMEOUT_S)
+        traffic.swap_error = ""
+        traffic.swapping = asyncio.create_task(
+            run_swap(traffic, upstream, swap, gateway.audit), name="weight-swap"
+        )
+        entry = action_entry(
+            actor_of(request), "worker.reload", "worker", upstream.url, status_code=202,
+            extra={"model": data.model, "name": data.name, "one_at_a_time": data.one_at_a_time},
+        )  # fmt: skip
         gateway.audit.submit(entry)
         return _read(traffic, index, upstream, None)

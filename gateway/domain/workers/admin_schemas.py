@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Annotated
 
 import msgspec
 
@@ -35,6 +36,8 @@ class WorkerRead(msgspec.Struct, frozen=True):
     draining: bool
     supervised: bool
     restarting: bool
+    reloading: bool  # a weight swap (POST .../reload) is under way
+    reload_error: str  # why the last weight swap failed; empty when it did not
     models: list[str]
     max_model_len: dict[str, int]
     in_flight: int
@@ -47,3 +50,15 @@ class WorkerRead(msgspec.Struct, frozen=True):
 
 class WorkersRead(msgspec.Struct, frozen=True):
     workers: list[WorkerRead]
+
+
+class WorkerReload(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A weight swap: the supervised worker moves to ``model`` (a checkpoint directory or
+    file on the gateway's machine), served as ``name`` (default: the path's stem)."""
+
+    model: Annotated[str, msgspec.Meta(min_length=1, max_length=4096)]
+    name: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")] | None = (
+        None
+    )
+    # Where memory holds one model only: stop the old worker first (a gap answered 503).
+    one_at_a_time: bool = False

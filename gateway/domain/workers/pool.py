@@ -6,6 +6,11 @@ take this request (see :mod:`.routing`). The proxy holds a :meth:`WorkerPool.lea
 whole request, so ``in_flight`` counts streams until their last chunk, and calls
 :meth:`WorkerPool.mark_failed` when it cannot connect, so a dead worker stops taking
 requests at once instead of at the next check.
+
+Whoever must act when a worker comes (back) up registers with :meth:`WorkerPool.on_healthy`:
+the prefix warmer re-pins its assistants there, since a worker that was down may have
+restarted with an empty cache. An admin's restart marks the worker down first
+(:meth:`WorkerPool.mark_restarting`), so its return is such a transition too.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import httpx
@@ -41,10 +46,21 @@ class Upstream:
     # Set by an admin (drain, restart): takes no new requests, whatever its health says;
     # what it runs finishes. Only a restart of a supervised worker clears it.
     draining: bool = False
+    # Held out of routing after it became healthy, until the prefix warmer has pinned the
+    # assistants' prompts on it (or the hold ran out): its first requests find them cached.
+    warming: bool = False
+    # Being replaced by a weight swap (swap.py): it still takes requests until its
+    # successor does, but the warmer pins on the successor, which will take them all.
+    retiring: bool = False
 
     @property
     def routable(self) -> bool:
-        return self.healthy and not self.draining
+        return self.healthy and not self.draining and not self.warming
+
+    @property
+    def warmable(self) -> bool:
+        """Takes requests once warm: what the warmer picks among (the router will too)."""
+        return self.healthy and not self.draining and not self.retiring
 
 
 class NoUpstream(LookupError):
@@ -89,6 +105,32 @@ class WorkerPool:
         self._known_models: set[str] = set()
         self._ever_listed = False
         self._loop_task: asyncio.Task[None] | None = None
+        self._on_healthy: list[Callable[[Upstream], None]] = []
+        self._hold_s: float | None = None
+        self._holds: dict[str, asyncio.TimerHandle] = {}
+
+    def hold_new_workers(self, seconds: float) -> None:
+        """From now on, a worker that becomes healthy is held out of routing (``warming``)
+        until :meth:`release` or ``seconds`` later, whichever comes first."""
+        if seconds <= 0:
+            raise ValueError(f"the hold must be positive, got {seconds}")
+        self._hold_s = seconds
+
+    def release(self, upstream: Upstream) -> None:
+        """End ``upstream``'s hold: it takes requests (when healthy and not drained)."""
+        upstream.warming = False
+        handle = self._holds.pop(upstream.url, None)
+        if handle is not None:
+            handle.cancel()
+
+    def on_healthy(self, callback: Callable[[Upstream], None]) -> None:
+        """Call ``callback(upstream)`` whenever a worker passes a check after failing one
+        (or at its first check): it must not block; what it raises is logged."""
+        self._on_healthy.append(callback)
+
+    def knows(self, model: str) -> bool:
+        """Whether any worker has ever listed ``model`` (no I/O, no sorting: the hot path)."""
+        return model in self._known_models
 
     @property
     def upstreams(self) -> list[Upstream]:
@@ -99,9 +141,17 @@ class WorkerPool:
         """The client the health checks use (the admin's workers view scrapes with it)."""
         return self._client
 
-    def models(self) -> list[str]:
-        """Every model at least one healthy, undrained worker serves, sorted."""
-        return sorted({m for u in self._upstreams if u.routable for m in u.models})
+    def models(self, *, warming_too: bool = False) -> list[str]:
+        """Every model at least one routable worker serves, sorted; ``warming_too``: or one
+        held for warming."""
+        return sorted(
+            {
+                m
+                for u in self._upstreams
+                if (u.warmable if warming_too else u.routable)
+                for m in u.models
+            }
+        )
 
     def known_models(self) -> list[str]:
         """Every model any worker has ever listed, healthy now or not, sorted."""
@@ -112,9 +162,15 @@ class WorkerPool:
         """Whether any worker has listed its models yet (False while all are starting)."""
         return self._ever_listed
 
-    def pick(self, model: str, affinity: str | None) -> Upstream:
-        """The worker for one request for ``model``; raises :class:`NoUpstream`."""
-        candidates = [u for u in self._upstreams if u.routable and model in u.models]
+    def pick(self, model: str, affinity: str | None, *, warming_too: bool = False) -> Upstream:
+        """The worker for one request for ``model``; raises :class:`NoUpstream`.
+        ``warming_too``: workers held for warming count (the warmer's pick: the same one
+        the router makes once they are released)."""
+        candidates = [
+            u
+            for u in self._upstreams
+            if (u.warmable if warming_too else u.routable) and model in u.models
+        ]
         if not candidates:
             # Before any worker has ever answered, nothing can be called unknown: that
             # is an outage (503), not a typo in the model name (404).
@@ -131,9 +187,40 @@ class WorkerPool:
         finally:
             upstream.in_flight -= 1
 
+    def add(self, url: str) -> Upstream:
+        """A new worker at the end of the pool (a weight swap's new one); not routable until
+        a check passes (and its hold, if any, ends)."""
+        upstream = Upstream(url.rstrip("/"))
+        if any(u.url == upstream.url for u in self._upstreams):
+            raise ValueError(f"the pool already has a worker at {upstream.url}")
+        self._upstreams = [*self._upstreams, upstream]
+        return upstream
+
+    def replace(self, old: Upstream, new: Upstream) -> None:
+        """``new`` (added earlier) takes ``old``'s place, and index, in the pool; ``old``
+        leaves it (leases on it still finish: they hold the object, not the index)."""
+        upstreams = [u for u in self._upstreams if u is not new]
+        upstreams[upstreams.index(old)] = new
+        self._upstreams = upstreams
+        handle = self._holds.pop(old.url, None)
+        if handle is not None:
+            handle.cancel()
+
+    def remove(self, upstream: Upstream) -> None:
+        """Take an added worker out again (a swap that failed)."""
+        self._upstreams = [u for u in self._upstreams if u is not upstream]
+        handle = self._holds.pop(upstream.url, None)
+        if handle is not None:
+            handle.cancel()
+
     def mark_failed(self, upstream: Upstream, error: str) -> None:
         """Take ``upstream`` out until a health check passes again (a passive check)."""
         self._set_unhealthy(upstream, error, "unreachable")
+
+    def mark_restarting(self, upstream: Upstream) -> None:
+        """An admin restarts ``upstream``: down until a check passes, which then counts as
+        its coming back (the on_healthy callbacks run)."""
+        self._set_unhealthy(upstream, "restarting", "loading")
 
     async def check(self, upstream: Upstream) -> None:
         try:
@@ -146,11 +233,25 @@ class WorkerPool:
         upstream.max_model_len = listing.max_model_len
         self._known_models.update(models)
         self._ever_listed = True
-        if not upstream.healthy:
+        became_healthy = not upstream.healthy
+        if became_healthy:
             log.info("worker healthy", worker=upstream.url, models=list(models))
         upstream.healthy = True
         upstream.last_error = ""
         upstream.state = "ready"
+        if became_healthy and self._hold_s is not None:
+            upstream.warming = True
+            loop = asyncio.get_running_loop()
+            previous = self._holds.pop(upstream.url, None)
+            if previous is not None:
+                previous.cancel()
+            self._holds[upstream.url] = loop.call_later(self._hold_s, self.release, upstream)
+        if became_healthy:
+            for callback in self._on_healthy:
+                try:
+                    callback(upstream)
+                except Exception:  # one listener's bug must not stop health checking
+                    log.exception("worker healthy callback failed", worker=upstream.url)
 
     async def check_all(self) -> None:
         await asyncio.gather(*(self.check(u) for u in self._upstreams))
@@ -163,6 +264,9 @@ class WorkerPool:
         self._loop_task = asyncio.create_task(self._check_forever(), name="worker-health")
 
     async def close(self) -> None:
+        for handle in self._holds.values():
+            handle.cancel()
+        self._holds.clear()
         if self._loop_task is not None:
             self._loop_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

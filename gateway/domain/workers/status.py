@@ -2,7 +2,8 @@
 
 Built from the pool's memory of its last checks, without I/O: a model is "ready" when a
 healthy worker lists it, "loading" when none does but one that listed it last said (on
-/ready) that it is loading, else "unavailable". ``in_flight`` sums the requests the
+/ready) that it is loading or the gateway holds it while pinning assistants' prompts on it,
+else "unavailable". ``in_flight`` sums the requests the
 gateway has running on the workers that list the model (a worker serving two models
 counts its requests under both).
 """
@@ -43,7 +44,7 @@ def model_status(pool: WorkerPool, allowed: Callable[[str], bool]) -> StatusRead
         state: ModelState = "unavailable"
         if any(u.routable for u in serving):
             state = "ready"
-        elif any(u.state == "loading" for u in serving):
+        elif any(u.state == "loading" or (u.healthy and u.warming) for u in serving):
             state = "loading"
         models.append(ModelStatus(model, state, sum(u.in_flight for u in serving)))
     return StatusRead(starting=not pool.ever_listed, models=models)

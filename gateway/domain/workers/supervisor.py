@@ -14,7 +14,8 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
@@ -33,6 +34,17 @@ HOST = "127.0.0.1"
 
 class WorkerStartError(RuntimeError):
     """The worker exited or stayed unready during start-up; the message quotes its log."""
+
+
+@dataclass(frozen=True, slots=True)
+class Restart:
+    """One restart of the worker, as listeners see it: ``reason`` is ``crash`` (it exited
+    unasked), ``start_failed`` (the previous restart did not come up) or ``admin``."""
+
+    url: str
+    reason: str
+    exit: str  # how the previous process ended, in words
+    backoff_s: float  # how long the supervisor waited before this start
 
 
 class WorkerSupervisor:
@@ -76,6 +88,21 @@ class WorkerSupervisor:
         # ``restarts``), and the event is set once the next launch is over.
         self._restart_requested = False
         self._relaunched: asyncio.Event | None = None
+        # Called (without awaiting) as each restart begins: metrics and the audit log.
+        self.restart_listeners: list[Callable[[Restart], None]] = []
+
+    def sibling(self, model_path: Path, port: int, served_name: str | None) -> WorkerSupervisor:
+        """A supervisor for another model beside this one (a weight swap): the same
+        interpreter, token, options, log directory and restart listeners."""
+        other = WorkerSupervisor(
+            model_path, port, self._token, served_name=served_name,
+            log_dir=self.log_path.parent, python=self.python, extra_args=self.extra_args,
+            extra_env_names=self.extra_env_names,
+        )  # fmt: skip
+        for name in ("min_backoff_s", "max_backoff_s", "stable_after_s"):
+            setattr(other, name, getattr(self, name))
+        other.restart_listeners = list(self.restart_listeners)
+        return other
 
     @property
     def pid(self) -> int | None:
@@ -195,9 +222,15 @@ class WorkerSupervisor:
                             f"the worker exited ({describe_status(exited.result())}) before"
                             f" it was ready; the end of {self.log_path}:\n{self._tail(offset)}"
                         )
-                    with contextlib.suppress(httpx.TransportError):
-                        if (await client.get(f"{self.url}/ready")).status_code == 200:
+                    with contextlib.suppress(httpx.TransportError, ValueError):
+                        answer = await client.get(f"{self.url}/ready")
+                        if answer.status_code == 200:
                             return
+                        if answer.json().get("status") == "failed":  # it will not load
+                            raise WorkerStartError(
+                                f"the worker could not load its model; the end of"
+                                f" {self.log_path}:\n{self._tail(offset)}"
+                            )
                     if loop.time() > deadline:
                         raise WorkerStartError(
                             f"the worker was not ready within {self._ready_timeout:g} s;"
@@ -210,6 +243,7 @@ class WorkerSupervisor:
     async def _keep_running(self) -> None:
         loop = asyncio.get_running_loop()
         backoff = self.min_backoff_s
+        failed_start = False
         while True:
             process = self._process
             if process is None:  # only before start(); start() sets it before watching
@@ -219,6 +253,7 @@ class WorkerSupervisor:
             if self._closing:
                 return
             asked, self._restart_requested = self._restart_requested, False
+            waited = 0.0
             if asked:
                 log.info("worker stopped for a restart", status=describe_status(status))
                 backoff = self.min_backoff_s
@@ -232,11 +267,15 @@ class WorkerSupervisor:
                     log_tail=self._tail(self._log_offset),
                 )
                 await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, self.max_backoff_s)
+                waited, backoff = backoff, min(backoff * 2, self.max_backoff_s)
+            reason = "admin" if asked else "start_failed" if failed_start else "crash"
+            self._announce(Restart(self.url, reason, describe_status(status), waited))
+            failed_start = False
             try:
                 await self._launch()
             except WorkerStartError as exc:
                 log.error("worker restart failed", error=str(exc))
+                failed_start = True
                 continue  # its process is dead, so the next round backs off and retries
             except Exception:  # a bug here must not end supervision for good
                 log.exception("worker restart crashed")
@@ -247,6 +286,13 @@ class WorkerSupervisor:
                     self._relaunched = None
             if not asked:
                 self.restarts += 1
+
+    def _announce(self, restart: Restart) -> None:
+        for listener in self.restart_listeners:
+            try:
+                listener(restart)
+            except Exception:  # a listener's bug must not end supervision
+                log.exception("worker restart listener failed", reason=restart.reason)
 
     def _tail(self, offset: int, lines: int = 20) -> str:
         """The last lines the child wrote since ``offset`` (this run's output only)."""

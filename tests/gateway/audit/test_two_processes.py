@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.gateway.audit.support import request_ids_in_seq_order, verify
 
 COUNT = 300
@@ -35,7 +37,10 @@ def test_two_processes_interleave_into_one_valid_chain(postgres_url: str, tmp_pa
     try:
         deadline = time.monotonic() + 30
         while not all((tmp_path / f"ready-{t}").exists() for t in "ab"):
-            assert all(p.poll() is None for p in procs), [p.communicate()[1] for p in procs]
+            if any(p.poll() is not None for p in procs):
+                for proc in procs:  # the other one waits for "go": stop it before reading
+                    proc.kill()
+                pytest.fail(f"a writer process died: {[p.communicate()[1] for p in procs]}")
             assert time.monotonic() < deadline, "the writer processes did not get ready"
             time.sleep(0.02)
         (tmp_path / "go").touch()

@@ -177,3 +177,17 @@ def test_an_unreachable_provider_is_a_clear_503(tmp_path: Path) -> None:
     assert response.status_code == 503
     assert "did not answer" in response.json()["detail"]
     assert "break-glass" in response.json()["detail"]
+
+
+def test_the_scopes_asked_for_follow_the_setting(
+    tmp_path: Path, oidc_provider: RunningProvider
+) -> None:
+    # Entra ID and Google refuse a `groups` scope: without it the login still completes.
+    settings = dataclasses.replace(
+        _prepared(tmp_path, oidc_provider.issuer), oidc_scopes="openid  email profile"
+    )
+    with TestClient(app=create_app(settings), base_url=GATEWAY_BASE) as client:
+        location = _start(client)
+        assert parse_qs(urlsplit(location).query)["scope"] == ["openid email profile"]
+        assert _callback(client, sign_in_at_provider(location, "alice")).status_code in (302, 303)
+        assert client.get("/api/me").json()["user"]["email"] == "alice@example.test"

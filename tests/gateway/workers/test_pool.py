@@ -156,3 +156,29 @@ async def test_each_models_context_length_comes_from_its_card() -> None:
         await workers.close()
         for stub in (reporting, silent, loading):
             stub.stop()
+
+
+async def test_a_worker_back_up_is_held_until_released_or_the_hold_runs_out(
+    pool: WorkerPool, stubs: list[StubWorker]
+) -> None:
+    pool.hold_new_workers(0.5)
+    stub = stubs[0]
+    upstream = by_url(pool, stub)
+    stub.stop()
+    await wait_until(lambda: not upstream.healthy, timeout=2 * INTERVAL + 0.5)
+    stub.start()
+    await wait_until(lambda: upstream.healthy, timeout=2 * INTERVAL + 0.5)
+    # Healthy but held: the warmer may pick it, the router may not.
+    assert upstream.warming and not upstream.routable
+    assert {pool.pick("tiny", f"key {i}").url for i in range(20)} == {stubs[1].url}
+    assert pool.pick("tiny", "key", warming_too=True) in pool.upstreams
+    pool.release(upstream)
+    assert upstream.routable
+    # Once more, without a release: the hold runs out by itself.
+    stub.stop()
+    await wait_until(lambda: not upstream.healthy, timeout=2 * INTERVAL + 0.5)
+    stub.start()
+    await wait_until(lambda: upstream.healthy, timeout=2 * INTERVAL + 0.5)
+    assert upstream.warming
+    took = await wait_until(lambda: upstream.routable, timeout=2)
+    assert 0.2 < took <= 1.0, took

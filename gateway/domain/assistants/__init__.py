@@ -1,0 +1,1 @@
+"""Department assistants: a department's shared, versioned system prompt (docs/assistants.md)."""
