@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import httpx
 from playwright.sync_api import Page, Request, Route, expect
+
+ROOT = Path(__file__).resolve().parents[2]
+IMAGES = ROOT / "docs" / "images"  # the screenshots the README and docs show
+AXE = ROOT / "admin-ui" / "node_modules" / "axe-core" / "axe.min.js"
 
 
 def sign_in_with_sso(page: Page, login: str) -> None:
@@ -63,14 +68,20 @@ def running_requests(worker_url: str) -> float:
 
 
 def watch_stream(page: Page) -> None:
-    """Record the streaming answer's length at every change the page makes to it."""
+    """Record the streaming answer's length at every change the page makes to it: the
+    characters received so far, which the answer shows rendered as markdown (the rendered
+    text itself may shrink by a character when a half-written mark closes)."""
     page.evaluate(
         """() => {
             window.__streamLengths = [];
             new MutationObserver(() => {
-                const answer = document.querySelector('[data-streaming] .markdown');
-                if (answer) window.__streamLengths.push(answer.textContent.length);
-            }).observe(document.body, { subtree: true, childList: true, characterData: true });
+                const answer = document.querySelector('[data-streaming]');
+                if (answer?.querySelector('.markdown')) {
+                    window.__streamLengths.push(Number(answer.dataset.received));
+                }
+            }).observe(document.body, {
+                subtree: true, childList: true, characterData: true, attributes: true
+            });
         }"""
     )
 
@@ -82,3 +93,18 @@ def stream_lengths(page: Page) -> list[int]:
 def csrf_of(page: Page) -> str:
     """The signed-in user's CSRF token, for the API calls a test makes as that user."""
     return str(page.request.get("/api/me").json()["csrf_token"])
+
+
+def serious_violations(page: Page, view: str) -> list[str]:
+    """axe-core's serious and critical violations (WCAG 2.1 A and AA) on the page."""
+    page.add_script_tag(path=str(AXE))
+    result = page.evaluate(
+        """async () => await axe.run(document, {
+            runOnly: { type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa'] }
+        })"""
+    )
+    return [
+        f"{view}: {v['id']} ({v['impact']}): {v['help']} at {[n['target'] for n in v['nodes']]}"
+        for v in result["violations"]
+        if v["impact"] in ("serious", "critical")
+    ]

@@ -161,7 +161,9 @@ def test_the_break_glass_account_signs_in_and_out(browser: Browser, appliance: A
         page.get_by_role("button", name="Sign in").click()
         expect(page.get_by_role("textbox", name="Message")).to_be_visible()
         # The break-glass account belongs to no department: no model, said plainly.
-        expect(page.get_by_role("combobox", name="Model")).to_have_value("")
+        picker = page.get_by_role("combobox", name="Chat with")
+        expect(picker).to_be_disabled()
+        expect(picker.locator("option:checked")).to_have_text("no model available")
         send(page, "hello")
         expect(page.locator("[data-notice=error]")).to_have_text(
             "No model is available to your department yet."

@@ -3,18 +3,13 @@ phone), and axe-core's accessibility check of the main views."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from tests.e2e.conftest import DESKTOP, PHONE, Appliance, browsing
-from tests.e2e.flows import csrf_of, sign_in_with_sso
-
-ROOT = Path(__file__).resolve().parents[2]
-IMAGES = ROOT / "docs" / "images"
-AXE = ROOT / "admin-ui" / "node_modules" / "axe-core" / "axe.min.js"
+from tests.e2e.flows import IMAGES, csrf_of, serious_violations, sign_in_with_sso
 
 # A conversation as an employee of the machine shop would have it (stored through the
 # API: the tiny test model's answers are random bytes, no picture of the app).
@@ -87,28 +82,13 @@ def test_the_main_views_pass_axe(browser: Browser, appliance: Appliance, scheme:
     with browsing(browser, appliance, color_scheme=scheme, bypass_csp=True) as (_, page):
         page.goto("/signin")
         expect(page.get_by_role("link", name="Sign in with your company account")).to_be_visible()
-        assert _serious(page, "sign-in") == []
+        assert serious_violations(page, "sign-in") == []
         sign_in_with_sso(page, "alice")
         page.goto(f"/c/{_seed(page)}")
         expect(page.locator(".code-block")).to_be_visible()
-        assert _serious(page, "chat") == []
+        assert serious_violations(page, "chat") == []
         page.get_by_role("button", name="System prompt").click()
-        assert _serious(page, "system prompt") == []
-
-
-def _serious(page: Page, view: str) -> list[str]:
-    """axe-core's serious and critical violations (WCAG 2.1 A and AA) on the page."""
-    page.add_script_tag(path=str(AXE))
-    result = page.evaluate(
-        """async () => await axe.run(document, {
-            runOnly: { type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa'] }
-        })"""
-    )
-    return [
-        f"{view}: {v['id']} ({v['impact']}): {v['help']} at {[n['target'] for n in v['nodes']]}"
-        for v in result["violations"]
-        if v["impact"] in ("serious", "critical")
-    ]
+        assert serious_violations(page, "system prompt") == []
 
 
 ADMIN_VIEWS = ("departments", "users", "keys", "usage", "audit", "workers")
@@ -160,7 +140,7 @@ def test_the_console_passes_axe(browser: Browser, appliance: Appliance, scheme: 
         for view in ADMIN_VIEWS:
             page.goto(f"/admin/{view}")
             expect(page.locator("tbody tr").first).to_be_visible()
-            assert _serious(page, f"admin {view}") == []
+            assert serious_violations(page, f"admin {view}") == []
         page.goto("/admin/departments")
         page.get_by_role("button", name="Edit Research").click()
-        assert _serious(page, "department editor") == []
+        assert serious_violations(page, "department editor") == []

@@ -470,6 +470,111 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/admin/assistants/{assistant_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** GetAssistant */
+        get: operations["ApiAdminAssistantsAssistantIdGetAssistant"];
+        put?: never;
+        post?: never;
+        /** ArchiveAssistant */
+        delete: operations["ApiAdminAssistantsAssistantIdArchiveAssistant"];
+        options?: never;
+        head?: never;
+        /** UpdateAssistant */
+        patch: operations["ApiAdminAssistantsAssistantIdUpdateAssistant"];
+        trace?: never;
+    };
+    "/api/admin/assistants/tokens": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** CountPromptTokens */
+        post: operations["ApiAdminAssistantsTokensCountPromptTokens"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/admin/assistants": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** ListAssistants */
+        get: operations["ApiAdminAssistantsListAssistants"];
+        put?: never;
+        /** CreateAssistant */
+        post: operations["ApiAdminAssistantsCreateAssistant"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/admin/assistants/extract": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** ExtractFileText */
+        post: operations["ApiAdminAssistantsExtractExtractFileText"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/admin/assistants/{assistant_id}/versions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** ListVersions */
+        get: operations["ApiAdminAssistantsAssistantIdVersionsListVersions"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/assistants": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** ListCards */
+        get: operations["ApiAssistantsListCards"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/me/usage": {
         parameters: {
             query?: never;
@@ -600,6 +705,23 @@ export interface paths {
         get: operations["ApiAdminWorkersListWorkers"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/admin/workers/{index}/reload": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Reload */
+        post: operations["ApiAdminWorkersIndexReloadReload"];
         delete?: never;
         options?: never;
         head?: never;
@@ -941,13 +1063,112 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /** AssistantCard */
+        AssistantCard: {
+            /** Format: uuid */
+            id: string;
+            slug: string;
+            name: string;
+            is_default: boolean;
+            version: number;
+            model: string | null;
+            prompt_tokens: number | null;
+            response_template: {
+                [key: string]: unknown;
+            } | null;
+            sampling: components["schemas"]["Sampling"] | null;
+        };
+        /** AssistantCreate */
+        AssistantCreate: {
+            /** Format: uuid */
+            department_id: string;
+            name: string;
+            system_prompt: string;
+            slug?: string | null;
+            model?: string | null;
+            sampling?: components["schemas"]["Sampling"] | null;
+            response_template?: {
+                [key: string]: unknown;
+            } | null;
+            /** @default false */
+            is_default: boolean;
+        };
+        /** AssistantFile */
+        AssistantFile: {
+            /** Format: binary */
+            file: string;
+        };
+        /** AssistantRead */
+        AssistantRead: {
+            /** Format: uuid */
+            id: string;
+            /** Format: uuid */
+            department_id: string;
+            department_name: string;
+            slug: string;
+            name: string;
+            is_default: boolean;
+            version: number;
+            system_prompt: string;
+            model: string | null;
+            sampling: components["schemas"]["Sampling"] | null;
+            response_template: {
+                [key: string]: unknown;
+            } | null;
+            prompt_tokens: number | null;
+            archived: boolean;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            updated_at: string;
+            warm?: components["schemas"]["WarmStatus"] | null;
+        };
+        /** AssistantRef */
+        AssistantRef: {
+            /** Format: uuid */
+            id: string;
+            slug: string;
+            name: string;
+            version: number;
+        };
+        /** AssistantUpdate */
+        AssistantUpdate: {
+            name?: string;
+            system_prompt?: string;
+            model?: string | null;
+            sampling?: components["schemas"]["Sampling"] | null;
+            response_template?: {
+                [key: string]: unknown;
+            } | null;
+            is_default?: boolean;
+        };
+        /** AssistantVersionRead */
+        AssistantVersionRead: {
+            version: number;
+            system_prompt: string;
+            model: string | null;
+            sampling: components["schemas"]["Sampling"] | null;
+            response_template: {
+                [key: string]: unknown;
+            } | null;
+            prompt_tokens: number | null;
+            /** Format: date-time */
+            created_at: string;
+            created_by: string | null;
+        };
+        /** CardList */
+        CardList: {
+            items: components["schemas"]["AssistantCard"][];
+        };
         /** ConversationCreate */
         ConversationCreate: {
+            /** @default  */
             model: string;
             /** @default  */
             title: string;
             /** @default  */
             system_prompt: string;
+            assistant_id?: string | null;
         };
         /** ConversationDetail */
         ConversationDetail: {
@@ -960,6 +1181,7 @@ export interface components {
             created_at: string;
             /** Format: date-time */
             updated_at: string;
+            assistant: components["schemas"]["AssistantRef"] | null;
             messages: components["schemas"]["MessageRead"][];
         };
         /** ConversationRead */
@@ -973,6 +1195,7 @@ export interface components {
             created_at: string;
             /** Format: date-time */
             updated_at: string;
+            assistant: components["schemas"]["AssistantRef"] | null;
         };
         /** ConversationUpdate */
         ConversationUpdate: {
@@ -1048,6 +1271,12 @@ export interface components {
             audit_bodies?: boolean;
             allowed_models?: string[] | null;
             scheduling_weight?: number;
+        };
+        /** ExtractedText */
+        ExtractedText: {
+            text: string;
+            filename: string;
+            characters: number;
         };
         /** GroupMappingCreate */
         GroupMappingCreate: {
@@ -1135,6 +1364,7 @@ export interface components {
             role: "user" | "assistant";
             content: string;
             usage?: components["schemas"]["Usage"] | null;
+            assistant_version?: number | null;
         };
         /** MessageRead */
         MessageRead: {
@@ -1144,6 +1374,7 @@ export interface components {
             /** Format: date-time */
             created_at: string;
             usage?: components["schemas"]["Usage"] | null;
+            assistant_version?: number | null;
         };
         /** MessagesAppend */
         MessagesAppend: {
@@ -1155,6 +1386,11 @@ export interface components {
             /** @enum {string} */
             state: "ready" | "loading" | "unavailable";
             in_flight: number;
+        };
+        /** Page[AssistantRead] */
+        "Page_gateway.domain.assistants.schemas.AssistantRead_": {
+            items: components["schemas"]["AssistantRead"][];
+            next_cursor: string | null;
         };
         /** Page[RecordRead] */
         "Page_gateway.domain.audit.schemas.RecordRead_": {
@@ -1285,6 +1521,12 @@ export interface components {
             total: number;
             reasons: components["schemas"]["ReasonCount"][];
         };
+        /** Sampling */
+        Sampling: {
+            temperature?: number | null;
+            top_p?: number | null;
+            max_tokens?: number | null;
+        };
         /** SearchHit */
         SearchHit: {
             /** Format: uuid */
@@ -1315,6 +1557,16 @@ export interface components {
         StatusRead: {
             starting: boolean;
             models: components["schemas"]["ModelStatus"][];
+        };
+        /** TokenCount */
+        TokenCount: {
+            tokens: number;
+            model: string;
+        };
+        /** TokenCountRequest */
+        TokenCountRequest: {
+            text: string;
+            model?: string | null;
         };
         /** TopRow */
         TopRow: {
@@ -1388,6 +1640,20 @@ export interface components {
             started_at: string;
             duration_ms: number;
         };
+        /** VersionList */
+        VersionList: {
+            items: components["schemas"]["AssistantVersionRead"][];
+        };
+        /** WarmStatus */
+        WarmStatus: {
+            /** @enum {string} */
+            state: "warm" | "pending" | "failed";
+            version: number;
+            worker?: string | null;
+            pinned_tokens?: number | null;
+            num_tokens?: number | null;
+            error?: string | null;
+        };
         /** WorkerLoad */
         WorkerLoad: {
             requests_waiting: number | null;
@@ -1408,6 +1674,8 @@ export interface components {
             draining: boolean;
             supervised: boolean;
             restarting: boolean;
+            reloading: boolean;
+            reload_error: string;
             models: string[];
             max_model_len: {
                 [key: string]: number;
@@ -1417,6 +1685,13 @@ export interface components {
             crash_restarts: number | null;
             load: components["schemas"]["WorkerLoad"] | null;
             load_error: string;
+        };
+        /** WorkerReload */
+        WorkerReload: {
+            model: string;
+            name?: string | null;
+            /** @default false */
+            one_at_a_time: boolean;
         };
         /** WorkersRead */
         WorkersRead: {
@@ -3141,6 +3416,15 @@ export interface operations {
                     "application/json": components["schemas"]["GatewayError"];
                 };
             };
+            /** @description No assistant the caller may use with that id */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
         };
     };
     ApiConversationsConversationIdGetConversation: {
@@ -3434,6 +3718,613 @@ export interface operations {
             };
             /** @description No such record of the caller's */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+        };
+    };
+    ApiAdminAssistantsAssistantIdGetAssistant: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                assistant_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Request fulfilled, document follows */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AssistantRead"];
+                };
+            };
+            /** @description Bad request syntax or unsupported method */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        status_code: number;
+                        detail: string;
+                        extra?: null | {
+                            [key: string]: unknown;
+                        } | unknown[];
+                    };
+                };
+            };
+            /** @description No session or key, or one that is not valid (any more) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+            /** @description Not an admin, or a write without the session's CSRF token */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+            /** @description No such record, or no record the body names (a department) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+        };
+    };
+    ApiAdminAssistantsAssistantIdArchiveAssistant: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                assistant_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Request fulfilled, nothing follows */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Bad request syntax or unsupported method */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        status_code: number;
+                        detail: string;
+                        extra?: null | {
+                            [key: string]: unknown;
+                        } | unknown[];
+                    };
+                };
+            };
+            /** @description No session or key, or one that is not valid (any more) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+            /** @description Not an admin, or a write without the session's CSRF token */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+            /** @description No such record, or no record the body names (a department) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+            /** @description A name or slug already taken */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+        };
+    };
+    ApiAdminAssistantsAssistantIdUpdateAssistant: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                assistant_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AssistantUpdate"];
+            };
+        };
+        responses: {
+            /** @description Request fulfilled, document follows */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AssistantRead"];
+                };
+            };
+            /** @description Bad request syntax or unsupported method */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        status_code: number;
+                        detail: string;
+                        extra?: null | {
+                            [key: string]: unknown;
+                        } | unknown[];
+                    };
+                };
+            };
+            /** @description No session or key, or one that is not valid (any more) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+            /** @description Not an admin, or a write without the session's CSRF token */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+            /** @description No such record, or no record the body names (a department) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+            /** @description A name or slug already taken */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+        };
+    };
+    ApiAdminAssistantsTokensCountPromptTokens: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["TokenCountRequest"];
+            };
+        };
+        responses: {
+            /** @description Request fulfilled, document follows */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TokenCount"];
+                };
+            };
+            /** @description Bad request syntax or unsupported method */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        status_code: number;
+                        detail: string;
+                        extra?: null | {
+                            [key: string]: unknown;
+                        } | unknown[];
+                    };
+                };
+            };
+            /** @description No session or key, or one that is not valid (any more) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+            /** @description Not an admin, or a write without the session's CSRF token */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+            /** @description No such record, or no record the body names (a department) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+            /** @description A name or slug already taken */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+            /** @description No worker is up (serving the model) to count the tokens */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+        };
+    };
+    ApiAdminAssistantsListAssistants: {
+        parameters: {
+            query?: {
+                after?: string | null;
+                limit?: number;
+                department_id?: string | null;
+                q?: string | null;
+                include_archived?: boolean;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Request fulfilled, document follows */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Page_gateway.domain.assistants.schemas.AssistantRead_"];
+                };
+            };
+            /** @description Bad request syntax or unsupported method */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        status_code: number;
+                        detail: string;
+                        extra?: null | {
+                            [key: string]: unknown;
+                        } | unknown[];
+                    };
+                };
+            };
+            /** @description No session or key, or one that is not valid (any more) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+            /** @description Not an admin, or a write without the session's CSRF token */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+        };
+    };
+    ApiAdminAssistantsCreateAssistant: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AssistantCreate"];
+            };
+        };
+        responses: {
+            /** @description Document created, URL follows */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AssistantRead"];
+                };
+            };
+            /** @description Bad request syntax or unsupported method */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        status_code: number;
+                        detail: string;
+                        extra?: null | {
+                            [key: string]: unknown;
+                        } | unknown[];
+                    };
+                };
+            };
+            /** @description No session or key, or one that is not valid (any more) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+            /** @description Not an admin, or a write without the session's CSRF token */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+            /** @description No such record, or no record the body names (a department) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+            /** @description A name or slug already taken */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+        };
+    };
+    ApiAdminAssistantsExtractExtractFileText: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "multipart/form-data": components["schemas"]["AssistantFile"];
+            };
+        };
+        responses: {
+            /** @description Request fulfilled, document follows */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ExtractedText"];
+                };
+            };
+            /** @description Bad request syntax or unsupported method */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        status_code: number;
+                        detail: string;
+                        extra?: null | {
+                            [key: string]: unknown;
+                        } | unknown[];
+                    };
+                };
+            };
+            /** @description No session or key, or one that is not valid (any more) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+            /** @description Not an admin, or a write without the session's CSRF token */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+            /** @description No such record, or no record the body names (a department) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+            /** @description A name or slug already taken */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+            /** @description The upload is larger than 10 MiB */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+        };
+    };
+    ApiAdminAssistantsAssistantIdVersionsListVersions: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                assistant_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Request fulfilled, document follows */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["VersionList"];
+                };
+            };
+            /** @description Bad request syntax or unsupported method */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        status_code: number;
+                        detail: string;
+                        extra?: null | {
+                            [key: string]: unknown;
+                        } | unknown[];
+                    };
+                };
+            };
+            /** @description No session or key, or one that is not valid (any more) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+            /** @description Not an admin, or a write without the session's CSRF token */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+            /** @description No such record, or no record the body names (a department) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+        };
+    };
+    ApiAssistantsListCards: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Request fulfilled, document follows */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CardList"];
+                };
+            };
+            /** @description No session or key, or one that is not valid (any more) */
+            401: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3842,6 +4733,83 @@ export interface operations {
             };
             /** @description Not an admin, or a write without the session's CSRF token */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+        };
+    };
+    ApiAdminWorkersIndexReloadReload: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                index: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WorkerReload"];
+            };
+        };
+        responses: {
+            /** @description Request accepted, processing continues off-line */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WorkerRead"];
+                };
+            };
+            /** @description Bad request syntax or unsupported method */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        status_code: number;
+                        detail: string;
+                        extra?: null | {
+                            [key: string]: unknown;
+                        } | unknown[];
+                    };
+                };
+            };
+            /** @description No session or key, or one that is not valid (any more) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+            /** @description Not an admin, or a write without the session's CSRF token */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+            /** @description No such record, or no record the body names (a department) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GatewayError"];
+                };
+            };
+            /** @description A name or slug already taken */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -18,7 +18,8 @@ describe('streamAnswer', () => {
 		const fetcher = (async (_url: string, init: RequestInit) => {
 			sent = init;
 			const usage = { usage: { prompt_tokens: 5, completion_tokens: 2 }, choices: [] };
-			return new Response(sse([delta('Hel'), delta('lo', 'stop'), usage]), { status: 200 });
+			const headers = { 'x-enclave-assistant': 'qa-desk; version=3' };
+			return new Response(sse([delta('Hel'), delta('lo', 'stop'), usage]), { status: 200, headers });
 		}) as unknown as typeof fetch;
 		const pieces: string[] = [];
 		const answer = await streamAnswer({
@@ -33,7 +34,8 @@ describe('streamAnswer', () => {
 			content: 'Hello',
 			usage: { prompt_tokens: 5, completion_tokens: 2 },
 			finishReason: 'stop',
-			stopped: false
+			stopped: false,
+			assistant: 'qa-desk; version=3'
 		});
 		expect((sent?.headers as Record<string, string>)['X-CSRF-Token']).toBe('tok');
 		expect(JSON.parse(String(sent?.body)).stream_options).toEqual({ include_usage: true });
@@ -101,5 +103,15 @@ describe('streamAnswer', () => {
 		await expect(
 			streamAnswer({ model: 'm', messages: [], signal: new AbortController().signal, onText: () => {}, fetcher })
 		).rejects.toThrow('worker died');
+	});
+});
+
+describe('answeredVersion', () => {
+	it('reads the version from the x-enclave-assistant header', async () => {
+		const { answeredVersion } = await import('./assistants');
+		expect(answeredVersion('qa-desk; version=12')).toBe(12);
+		expect(answeredVersion(null)).toBeNull();
+		expect(answeredVersion('qa-desk')).toBeNull();
+		expect(answeredVersion('qa-desk; version=x')).toBeNull();
 	});
 });

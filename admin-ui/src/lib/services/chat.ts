@@ -19,6 +19,8 @@ export interface Answer {
 	finishReason: string | null;
 	/** True when the user stopped it: ``content`` is what had arrived. */
 	stopped: boolean;
+	/** The ``x-enclave-assistant`` header: which assistant version answered, if any. */
+	assistant: string | null;
 }
 
 interface Chunk {
@@ -39,7 +41,7 @@ export interface StreamOptions {
 export async function streamAnswer(options: StreamOptions): Promise<Answer> {
 	const { model, messages, signal, onText } = options;
 	const fetcher = options.fetcher ?? fetch;
-	const answer: Answer = { content: '', usage: null, finishReason: null, stopped: false };
+	const answer: Answer = { content: '', usage: null, finishReason: null, stopped: false, assistant: null };
 	let response: Response;
 	try {
 		response = await fetcher('/v1/chat/completions', {
@@ -64,6 +66,7 @@ export async function streamAnswer(options: StreamOptions): Promise<Answer> {
 		const { message, code } = messageOf(body, response.status);
 		throw new ApiFailure(response.status, message, code, response.headers);
 	}
+	answer.assistant = response.headers.get('x-enclave-assistant');
 	try {
 		for await (const data of sseData(response.body)) {
 			const chunk = JSON.parse(data) as Chunk;

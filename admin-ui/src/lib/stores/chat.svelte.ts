@@ -8,6 +8,7 @@ import { ApiFailure } from '$lib/api/errors';
 import { noticeFor, type Notice } from '$lib/chat/notices';
 import { planEdit, planRegenerate, planSend, titleFrom, type Plan, type Turn } from '$lib/chat/thread';
 import { saveDraft } from '$lib/drafts';
+import { answeredVersion, type AssistantCard } from '$lib/services/assistants';
 import { streamAnswer } from '$lib/services/chat';
 import {
 	appendMessages,
@@ -17,6 +18,7 @@ import {
 	updateConversation,
 	type ConversationDetail
 } from '$lib/services/conversations';
+import { assistants } from '$lib/stores/assistants.svelte';
 import { conversations } from '$lib/stores/conversations.svelte';
 import { status } from '$lib/stores/status.svelte';
 
@@ -27,6 +29,11 @@ const LAST_MODEL = 'enclave.model';
 class ChatStore {
 	conversation = $state<ConversationDetail | null>(null);
 	model = $state('');
+	/** What a new chat was pointed at: an assistant's id, or null for ``model``. */
+	#assistantId = $state<string | null>(null);
+	/** Whether the person picked what a new chat talks to (else the department's default
+	 * assistant is taken, once the assistants are loaded). */
+	picked = $state(false);
 	systemPrompt = $state('');
 	phase = $state<Phase>('idle');
 	partial = $state('');
@@ -62,6 +69,8 @@ class ChatStore {
 			this.conversation = null;
 			this.systemPrompt = '';
 			this.model = this.#preferredModel();
+			this.#assistantId = null;
+			this.picked = false;
 			return;
 		}
 		try {
@@ -78,7 +87,46 @@ class ChatStore {
 		}
 	}
 
+	/** The department assistant this chat talks to (its slug is the request's model), or
+	 * null: a plain model with the person's own system prompt. */
+	get assistant(): AssistantCard | null {
+		if (this.conversation) return assistants.byId(this.conversation.assistant?.id);
+		return this.picked ? assistants.byId(this.#assistantId) : assistants.preferred;
+	}
+
+	/** The system prompt the person wrote (an assistant brings its own instead). */
+	get ownPrompt(): string {
+		return this.assistant ? '' : this.systemPrompt;
+	}
+
+	/** The name a request carries: the assistant's slug, or the model's. */
+	get requestModel(): string {
+		return this.assistant?.slug ?? this.model;
+	}
+
+	/** The model that answers: an assistant's own, or the appliance's default for it. */
+	get servingModel(): string {
+		const assistant = this.assistant;
+		if (!assistant) return this.model;
+		return assistant.model ?? status.models[0] ?? '';
+	}
+
+	/** Whether this chat belongs to an assistant that the person can no longer use. */
+	get assistantGone(): boolean {
+		return Boolean(this.conversation?.assistant && this.assistant === null && assistants.loaded);
+	}
+
+	/** Start the new chat with ``assistant`` (a new chat only: a conversation keeps its own). */
+	chooseAssistant(assistant: AssistantCard): void {
+		if (this.conversation) return;
+		this.#assistantId = assistant.id;
+		this.picked = true;
+	}
+
 	chooseModel(model: string): void {
+		this.picked = true;
+		if (this.conversation?.assistant) return;
+		this.#assistantId = null;
 		this.model = model;
 		localStorage.setItem(LAST_MODEL, model);
 		if (this.conversation && this.conversation.model !== model) {
@@ -94,16 +142,16 @@ class ChatStore {
 	}
 
 	send(text: string): Promise<void> {
-		return this.#run(planSend(this.systemPrompt, this.turns, text));
+		return this.#run(planSend(this.ownPrompt, this.turns, text));
 	}
 
 	regenerate(): Promise<void> {
-		const plan = planRegenerate(this.systemPrompt, this.turns);
+		const plan = planRegenerate(this.ownPrompt, this.turns);
 		return plan ? this.#run(plan) : Promise.resolve();
 	}
 
 	edit(position: number, text: string): Promise<void> {
-		const plan = planEdit(this.systemPrompt, this.turns, position, text);
+		const plan = planEdit(this.ownPrompt, this.turns, position, text);
 		return plan ? this.#run(plan) : Promise.resolve();
 	}
 
@@ -121,7 +169,11 @@ class ChatStore {
 	async #run(plan: Plan): Promise<void> {
 		if (this.busy) return;
 		this.unsent = plan.userMessage;
-		if (!this.model) {
+		if (this.assistantGone) {
+			this.notice = { kind: 'error', text: 'This assistant is no longer available to your department.' };
+			return;
+		}
+		if (!this.requestModel) {
 			this.notice = { kind: 'error', text: 'No model is available to your department yet.' };
 			return;
 		}
@@ -135,7 +187,7 @@ class ChatStore {
 			this.phase = 'waiting';
 			this.partial = '';
 			const answer = await streamAnswer({
-				model: this.model,
+				model: this.requestModel,
 				messages: plan.request,
 				signal: abort.signal,
 				onText: (text) => {
@@ -148,11 +200,12 @@ class ChatStore {
 					? {
 							prompt_tokens: answer.usage.prompt_tokens,
 							completion_tokens: answer.usage.completion_tokens,
-							model: this.model
+							model: this.requestModel
 						}
 					: null;
+				const version = answeredVersion(answer.assistant);
 				this.conversation = await appendMessages(id, [
-					{ role: 'assistant', content: answer.content, usage }
+					{ role: 'assistant', content: answer.content, usage, ...(version ? { assistant_version: version } : {}) }
 				]);
 			}
 			if (answer.stopped) this.notice = { kind: 'stopped', text: 'Stopped.' };
@@ -172,9 +225,10 @@ class ChatStore {
 		let conversation = this.conversation;
 		if (conversation === null) {
 			const created = await createConversation({
-				model: this.model,
+				model: this.requestModel,
 				title: titleFrom(plan.userMessage ?? ''),
-				system_prompt: this.systemPrompt
+				system_prompt: this.ownPrompt,
+				...(this.assistant ? { assistant_id: this.assistant.id } : {})
 			});
 			conversation = { ...created, messages: [] };
 			this.conversation = conversation;

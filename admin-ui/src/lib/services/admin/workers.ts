@@ -15,3 +15,12 @@ export async function drainWorker(index: number): Promise<void> {
 export async function restartWorker(index: number): Promise<void> {
 	unwrap(await api.POST('/api/admin/workers/{index}/restart', { params: { path: { index } } }));
 }
+
+export type WorkerReload = Schemas['WorkerReload'];
+
+/** A weight swap: answers at once; the worker shows `reloading` until it is over. */
+export async function reloadWorker(index: number, body: WorkerReload): Promise<void> {
+	unwrap(
+		await api.POST('/api/admin/workers/{index}/reload', { params: { path: { index } }, body })
+	);
+}
