@@ -74,6 +74,11 @@ def until(read: Any, want: Any, timeout: float = 120) -> Any:
     return found
 
 
+def worker_records(gateway: RunningGateway) -> list[dict[str, Any]]:
+    records = asyncio.run(read_records(gateway.settings.effective_database_url, None))
+    return [r for r in records if r["action"].startswith("worker.")]
+
+
 class Stream:
     """Threads asking without pause, streams and unary in turn, until stopped."""
 
@@ -168,8 +173,9 @@ def test_a_weight_swap_under_load_loses_nothing(
     answer = client.chat.completions.create(model="tiny-a", messages=CHAT, max_tokens=4)
     assert answer.choices[0].message.content is not None
 
-    records = asyncio.run(read_records(gateway.settings.effective_database_url, None))
-    swaps = [r for r in records if r["action"].startswith("worker.")]
+    # The audit writer stores records in the background: the last one may land a moment
+    # after the swap reports itself done.
+    swaps = until(lambda: worker_records(gateway), lambda found: len(found) >= 4, timeout=30)
     assert [(r["action"], r["user_email"]) for r in swaps] == [
         ("worker.reload", "root@example.test"),
         ("worker.reloaded", "system"),
