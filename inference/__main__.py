@@ -25,6 +25,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from inference.bench.fp8_accuracy import add_arguments as add_fp8_accuracy
 
     add_fp8_accuracy(which.add_parser("fp8-accuracy", help="FP8 weights' predictions vs bf16"))
+    from inference.bench.profile import add_arguments as add_profile
+
+    add_profile(which.add_parser("profile", help="where a step's time goes, beside the bound"))
     args = parser.parse_args(argv)
     try:
         return int(args.run(args))
