@@ -3,6 +3,9 @@ worker, and the limiter's admission. Each refusal is an `ApiError` in OpenAI's s
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
+
 from gateway.domain.identity.guards import csrf_ok
 from gateway.domain.identity.principal import Principal
 from gateway.domain.limits.scopes import scopes_for
@@ -72,6 +75,33 @@ def pick(pool: WorkerPool, request: ApiRequest) -> Upstream:
             reason="no_upstream",
             headers={"retry-after": "2"},
         ) from None
+
+
+# How long a request may wait for a worker while a one-at-a-time weight swap has none
+# (workers/swap.py): a small model is back in seconds, a large one in a minute or two.
+SWAP_GAP_WAIT_S = 180.0
+
+
+async def pick_through_swap(
+    pool: WorkerPool,
+    request: ApiRequest,
+    swapping: Callable[[], bool],
+    wait_s: float = SWAP_GAP_WAIT_S,
+) -> Upstream:
+    """`pick`, except that while ``swapping()`` (a weight swap of the supervised worker is
+    under way) a request for a model the pool knows but no worker serves right now (the gap
+    of a one-at-a-time swap) waits for the new worker, up to ``wait_s``, instead of a 503.
+    When the swap ends it is answered as any other: by the new worker, or 404 if the swap
+    renamed the model away."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_s
+    while True:
+        try:
+            return pool.pick(request.model, request.affinity_key())
+        except NoUpstream as exc:
+            if not (exc.known and swapping()) or loop.time() >= deadline:
+                return pick(pool, request)  # the 404 or 503 it raises
+        await asyncio.sleep(0.1)
 
 
 async def admit(

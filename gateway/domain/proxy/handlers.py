@@ -27,7 +27,13 @@ from gateway.domain.audit.entry import cap_body
 from gateway.domain.identity.middleware import PRINCIPAL_KEY
 from gateway.domain.identity.principal import CSRF_HEADER, Principal
 from gateway.domain.proxy.accounting import Accounting
-from gateway.domain.proxy.admission import admit, allowed, authorize, check_allowed, pick
+from gateway.domain.proxy.admission import (
+    admit,
+    allowed,
+    authorize,
+    check_allowed,
+    pick_through_swap,
+)
 from gateway.domain.proxy.asgi_io import ClientGone, read_body, send_bytes, send_error
 from gateway.domain.proxy.body import ApiRequest, parse
 from gateway.domain.proxy.constraints import constraint_kind
@@ -157,7 +163,7 @@ async def serve_completion(scope: Scope, receive: Receive, send: Send, endpoint:
                 traffic.metrics.constrained.labels(kind).inc()
             exchange.estimated_prompt_tokens = request.estimated_prompt_tokens()
             check_allowed(exchange.principal, request.model)
-            upstream = pick(traffic.pool, request)
+            upstream = await pick_through_swap(traffic.pool, request, traffic.swap_in_progress)
             exchange.reservation = await admit(
                 traffic.limiter, exchange.principal, request, upstream
             )
@@ -215,7 +221,8 @@ async def _forward(
                 if retries == 0:
                     raise upstream_error(exc, upstream.url) from None
                 retries -= 1
-                upstream = pick(traffic.pool, request)  # NoUpstream -> the ApiError of pick
+                # NoUpstream -> the ApiError of pick
+                upstream = await pick_through_swap(traffic.pool, request, traffic.swap_in_progress)
             except CALL_ERRORS as exc:
                 raise upstream_error(exc, upstream.url) from None
 

@@ -55,6 +55,9 @@ class Traffic:
     swap_error: str = ""  # why the last weight swap failed ("" when it did not)
     _starting: asyncio.Task[None] | None = None
 
+    def swap_in_progress(self) -> bool:
+        return self.swapping is not None and not self.swapping.done()
+
     def busy(self) -> str:
         """What the supervised worker is going through now ("" when nothing)."""
         for what, task in (("restarting", self.restarting), ("reloading", self.swapping)):

@@ -157,6 +157,12 @@ class WorkerPool:
         """Every model any worker has ever listed, healthy now or not, sorted."""
         return sorted(self._known_models)
 
+    def forget(self, model: str) -> None:
+        """Stop calling ``model`` known (a 503 while it is down) once no worker lists it:
+        a weight swap renamed it away, so it is now a model that does not exist (404)."""
+        if not any(model in u.models for u in self._upstreams):
+            self._known_models.discard(model)
+
     @property
     def ever_listed(self) -> bool:
         """Whether any worker has listed its models yet (False while all are starting)."""

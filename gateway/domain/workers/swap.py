@@ -8,8 +8,8 @@ stopped with SIGTERM, and the new one takes its place and index in the pool.
 
 One at a time (``one_at_a_time``, where memory holds only one model): the old worker drains
 and stops first, then the new one starts on the same port. Requests that come in the gap
-find no worker and get 503 with ``Retry-After``. A new model that does not start brings the
-old one back.
+find no worker and wait for it (``pick_through_swap`` in proxy/admission.py). A new model
+that does not start brings the old one back.
 
 Either way the outcome is an audit record ``worker.reloaded`` by the actor ``system``.
 """
@@ -83,6 +83,8 @@ async def run_swap(traffic: Traffic, old_up: Upstream, swap: Swap, audit: AuditW
         error = str(exc)
     traffic.swap_error = error
     current = traffic.supervisor
+    if current is not None and current.served_name != old.served_name:
+        traffic.pool.forget(old.served_name)  # the old name is now a 404, not a 503
     details = {
         "model": str(swap.model),
         "name": current.served_name if current else "",

@@ -150,42 +150,57 @@ def test_a_weight_swap_under_load_loses_nothing(
     with pytest.raises(httpx.TransportError):
         httpx.get(f"{first['url']}/ready", timeout=2)
 
-    # One at a time, renamed (the stem of the new path): the gap answers 503, Retry-After.
+    # One at a time, the name kept: the requests that come in the gap wait for the new
+    # worker and are served by it; none fails.
+    with Stream(client, "tiny") as stream:
+        until(lambda: sum(stream.done.values()), lambda n: n >= 4, timeout=60)
+        reply = console.post(
+            "/api/admin/workers/0/reload",
+            json={"model": str(checkpoints[0]), "name": "tiny", "one_at_a_time": True},
+        )
+        assert reply.status_code == 202, reply.text
+        until(lambda: worker(console), lambda w: not w["healthy"], timeout=60)  # the gap
+        gap_done = sum(stream.done.values())
+        final = until(lambda: worker(console), lambda w: not w["reloading"] and w["healthy"])
+        until(lambda: sum(stream.done.values()), lambda n: n >= gap_done + 8, timeout=60)
+    assert stream.failures == []
+    assert final["url"] == after["url"] and final["models"] == ["tiny"]
+
+    # One at a time, renamed (the stem of the new path): a request for the old name that
+    # comes in the gap waits, and once the swap is over gets the 404 of a model that is
+    # no longer served.
     reply = console.post(
         "/api/admin/workers/0/reload",
-        json={"model": str(checkpoints[0]), "one_at_a_time": True},
+        json={"model": str(checkpoints[1]), "one_at_a_time": True},
     )
     assert reply.status_code == 202, reply.text
-    gap = until(
-        lambda: httpx.post(
-            f"{gateway.url}/v1/chat/completions",
-            json={"model": "tiny", "messages": CHAT, "max_tokens": 2},
-            headers={"authorization": f"Bearer {client.api_key}"},
-            timeout=30,
-        ),
-        lambda r: r.status_code != 200,
-        timeout=30,
+    until(lambda: worker(console), lambda w: not w["healthy"], timeout=60)
+    gap = httpx.post(
+        f"{gateway.url}/v1/chat/completions",
+        json={"model": "tiny", "messages": CHAT, "max_tokens": 2},
+        headers={"authorization": f"Bearer {client.api_key}"},
+        timeout=60,
     )
-    assert gap.status_code == 503 and gap.headers["retry-after"], gap.text
-    final = until(lambda: worker(console), lambda w: not w["reloading"] and w["healthy"])
-    assert final["url"] == after["url"] and final["models"] == ["tiny-a"]
-    assert [m.id for m in client.models.list().data] == ["tiny-a"]
-    answer = client.chat.completions.create(model="tiny-a", messages=CHAT, max_tokens=4)
+    assert gap.status_code == 404 and gap.json()["error"]["code"] == "model_not_found", gap.text
+    assert not worker(console)["reloading"]  # answered only once the swap was over
+    renamed = until(lambda: worker(console), lambda w: w["healthy"])
+    assert renamed["models"] == ["tiny-b"]
+    assert [m.id for m in client.models.list().data] == ["tiny-b"]
+    answer = client.chat.completions.create(model="tiny-b", messages=CHAT, max_tokens=4)
     assert answer.choices[0].message.content is not None
 
     # The audit writer stores records in the background: the last one may land a moment
     # after the swap reports itself done.
-    swaps = until(lambda: worker_records(gateway), lambda found: len(found) >= 4, timeout=30)
+    swaps = until(lambda: worker_records(gateway), lambda found: len(found) >= 6, timeout=30)
     assert [(r["action"], r["user_email"]) for r in swaps] == [
         ("worker.reload", "root@example.test"),
         ("worker.reloaded", "system"),
-        ("worker.reload", "root@example.test"),
-        ("worker.reloaded", "system"),
-    ]
+    ] * 3
     outcomes = [json.loads(r["details"]) for r in swaps[1::2]]
     assert [(o["ok"], o["name"], o["one_at_a_time"]) for o in outcomes] == [
         (True, "tiny", False),
-        (True, "tiny-a", True),
+        (True, "tiny", True),
+        (True, "tiny-b", True),
     ]
 
 
