@@ -30,7 +30,7 @@ from gateway.domain.proxy.accounting import Accounting
 from gateway.domain.proxy.admission import admit, allowed, authorize, check_allowed, pick
 from gateway.domain.proxy.asgi_io import ClientGone, read_body, send_bytes, send_error
 from gateway.domain.proxy.body import ApiRequest, parse
-from gateway.domain.proxy.constraints import constraint_kind
+from gateway.domain.proxy.constraints import constraint_kind, tool_choice_kind
 from gateway.domain.proxy.exchange import Ending, Exchange
 from gateway.domain.proxy.openai_errors import ApiError
 from gateway.domain.proxy.sse import Usage
@@ -155,6 +155,9 @@ async def serve_completion(scope: Scope, receive: Receive, send: Send, endpoint:
             kind = constraint_kind(request.body)
             if kind is not None:
                 traffic.metrics.constrained.labels(kind).inc()
+            tool_choice = tool_choice_kind(request.body)
+            if tool_choice is not None:
+                traffic.metrics.tool_requests.labels(tool_choice).inc()
             exchange.estimated_prompt_tokens = request.estimated_prompt_tokens()
             check_allowed(exchange.principal, request.model)
             upstream = pick(traffic.pool, request)

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import jsonschema
 import openai
 import pytest
@@ -56,7 +57,11 @@ MISTRAL_TEMPLATE = """\
 {%- if tools and loop.last %}[AVAILABLE_TOOLS]{{ tools | tojson }}[/AVAILABLE_TOOLS]{% endif %}
 [INST]{{ message.content }}[/INST]
 {%- elif message.role == "assistant" and message.tool_calls is defined %}
-[TOOL_CALLS][{%- for c in message.tool_calls %}{"name": "{{ c.function.name }}", "arguments": {{ c.function.arguments | tojson }}}{{ ", " if not loop.last }}{%- endfor %}]{{ eos_token }}
+[TOOL_CALLS][
+{%- for c in message.tool_calls %}
+{"name": "{{ c.function.name }}", "arguments": {{ c.function.arguments | tojson }}}
+{{- ", " if not loop.last }}
+{%- endfor %}]{{ eos_token }}
 {%- elif message.role == "tool" %}
 [TOOL_RESULTS]{"content": {{ message.content | tojson }}}[/TOOL_RESULTS]
 {%- else %}
@@ -151,3 +156,15 @@ def test_the_round_trip_renders(client: openai.OpenAI) -> None:
     final = client.chat.completions.create(model=MODEL, messages=history, tools=TOOLS, max_tokens=4)
     assert first.usage and final.usage
     assert final.usage.prompt_tokens > first.usage.prompt_tokens
+    # The template wrote the call in its own form, its arguments a dict through tojson.
+    base = str(client.base_url).removesuffix("/").removesuffix("/v1")
+    headers = {"Authorization": f"Bearer {API_KEY}"}
+    body = {"model": MODEL, "messages": history}
+    tokens = httpx.post(f"{base}/tokenize", json=body, headers=headers).json()["tokens"]
+    reply = httpx.post(f"{base}/detokenize", json={"tokens": tokens}, headers=headers)
+    text = reply.json()["prompt"]
+    call = message.tool_calls[0].function
+    arguments = json.dumps(json.loads(call.arguments), ensure_ascii=False)
+    key = "parameters" if "<|eot_id|>" in text else "arguments"
+    assert f'{{"name": "{call.name}", "{key}": {arguments}}}' in text
+    assert "done" in text
