@@ -241,17 +241,22 @@ async def _stream(
                     delta = cursor.advance(sample.index, sample)
                     if delta is None:
                         continue
+                    logprobs = None
+                    if delta.logprobs is not None:
+                        logprobs = chat_logprobs(tokenizer, delta.logprobs)
                     streamer = streamers.get(sample.index)
                     if streamer is not None:
                         events = streamer.feed(delta.text)
                         if delta.finish_reason is not None:
                             events += streamer.finish()
-                        for event in events:
-                            yield chunk([_tool_chunk(sample.index, event)])
+                        choices = [_tool_chunk(sample.index, event) for event in events]
+                        if logprobs is not None and delta.logprobs:  # whatever they wrote
+                            if not choices:
+                                choices.append(ChatChunkChoice(sample.index, ChatDelta()))
+                            choices[0].logprobs = logprobs
+                        for choice in choices:
+                            yield chunk([choice])
                     elif delta.text or delta.logprobs:
-                        logprobs = None
-                        if delta.logprobs is not None:
-                            logprobs = chat_logprobs(tokenizer, delta.logprobs)
                         choice = ChatChunkChoice(
                             index=sample.index,
                             delta=ChatDelta(content=delta.text),

@@ -131,9 +131,20 @@ def template_message(message: ChatMessage, i: int, entry: dict[str, Any]) -> Non
     entry["tool_calls"] = calls
 
 
-def call_grammar(plan: ToolPlan, fmt: ToolFormat) -> str:
+def special_token_id(tokenizer: Any, marker: str) -> int | None:
+    """The id of ``marker`` when the tokenizer has it as one special token (Mistral's
+    ``[TOOL_CALLS]``): the grammar must then write that token (llguidance's ``<[id]>``),
+    since a special token's text cannot be spelled with ordinary ones."""
+    ids = tokenizer.encode(marker, add_special_tokens=False)
+    if len(ids) == 1 and tokenizer.decode(ids, skip_special_tokens=True) == "":
+        return int(ids[0])
+    return None
+
+
+def call_grammar(plan: ToolPlan, fmt: ToolFormat, marker_id: int | None = None) -> str:
     """Lark for exactly one call (several when parallel and ``required``) in ``fmt``, each
-    call's arguments under its function's parameters schema."""
+    call's arguments under its function's parameters schema; ``marker_id``: the special
+    token that opens Mistral's calls, if the tokenizer has one."""
     names = list(plan.schemas) if plan.choice == "required" else [plan.choice]
     several = plan.parallel and plan.choice == "required"
     arguments_key = "parameters" if fmt == "llama3" else "arguments"
@@ -151,9 +162,10 @@ def call_grammar(plan: ToolPlan, fmt: ToolFormat) -> str:
         call = "call: body"
         start = 'start: call ("; " call)*' if several else "start: call"
     else:
-        call = f'call: {json.dumps(MISTRAL_MARK)} "[" body ("," body)* "]"'
+        mark = json.dumps(MISTRAL_MARK) if marker_id is None else f"<[{marker_id}]>"
+        call = f'call: {mark} "[" body ("," body)* "]"'
         if not several:
-            call = f'call: {json.dumps(MISTRAL_MARK)} "[" body "]"'
+            call = f'call: {mark} "[" body "]"'
         start = "start: call"
     return "\n".join([start, call, *rules])
 
@@ -190,7 +202,10 @@ async def constrain_tools(
             raise bad_param(param, f"{param} of {name!r} cannot be used: {exc}") from None
     if not plan.forced:
         return
-    constraint = Constraint("grammar", call_grammar(plan, fmt))
+    marker_id = None
+    if fmt == "mistral":
+        marker_id = special_token_id(engine.tokenizer, MISTRAL_MARK)
+    constraint = Constraint("grammar", call_grammar(plan, fmt, marker_id))
     try:
         await asyncio.to_thread(engine.grammars.compile, constraint)
     except GrammarError as exc:

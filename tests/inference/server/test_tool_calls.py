@@ -284,3 +284,19 @@ def test_bad_tool_history_is_400(http: httpx.Client) -> None:
     )
     assert reply.status_code == 400
     assert reply.json()["error"]["param"] == "messages[1].tool_calls[0].function.arguments"
+
+
+def test_auto_streams_free_text_and_its_logprobs_as_without_tools(client: openai.OpenAI) -> None:
+    fields: dict[str, Any] = {
+        "model": MODEL, "messages": MESSAGES, "tools": TOOLS, "max_tokens": 12,
+        "temperature": 0, "logprobs": True,
+    }  # fmt: skip
+    whole = client.chat.completions.create(**fields)
+    content, num_logprobs = "", 0
+    for chunk in client.chat.completions.create(**fields, stream=True):
+        choice = chunk.choices[0]
+        assert not choice.delta.tool_calls
+        content += choice.delta.content or ""
+        num_logprobs += len(choice.logprobs.content or []) if choice.logprobs else 0
+    assert content == whole.choices[0].message.content
+    assert num_logprobs == 12 == len(whole.choices[0].logprobs.content or [])  # type: ignore[union-attr]

@@ -88,6 +88,8 @@ def client(
     directory = make_checkpoint(
         kind, tmp_path_factory.mktemp(f"tools-{kind}"), max_position_embeddings=4096
     )
+    if request.param == "mistral":
+        _make_special(directory, "[TOOL_CALLS]")
     config_path = directory / "tokenizer_config.json"
     config = json.loads(config_path.read_text())
     config["chat_template"] = LLAMA3_TEMPLATE if request.param == "llama3" else MISTRAL_TEMPLATE
@@ -96,6 +98,21 @@ def client(
     settings = ServerSettings(served_model_name=MODEL, api_key=API_KEY)
     with serving(create_app(engine, settings)) as url:
         yield openai.OpenAI(base_url=f"{url}/v1", api_key=API_KEY, max_retries=0)
+
+
+def _make_special(directory: Path, text: str) -> None:
+    """Give the vocabulary's last merge's id to ``text`` as a special token, as Mistral's
+    tokenizers have [TOOL_CALLS] (the tiny vocabulary is full; the model's width fixed)."""
+    path = directory / "tokenizer.json"
+    document = json.loads(path.read_text())
+    model = document["model"]
+    left, right = model["merges"].pop()
+    token_id = model["vocab"].pop(left + right)
+    document["added_tokens"].append(
+        {"id": token_id, "content": text, "single_word": False, "lstrip": False,
+         "rstrip": False, "normalized": False, "special": True}
+    )  # fmt: skip
+    path.write_text(json.dumps(document))
 
 
 def test_forced_calls_come_back_as_tool_calls(client: openai.OpenAI) -> None:
@@ -113,6 +130,7 @@ def test_forced_calls_come_back_as_tool_calls(client: openai.OpenAI) -> None:
         )  # fmt: skip
         result = reply.choices[0]
         assert result.finish_reason == "tool_calls", result
+        assert reply.usage is not None
         calls = result.message.tool_calls or []
         assert calls and (parallel or len(calls) == 1)
         for call in calls:
@@ -168,3 +186,18 @@ def test_the_round_trip_renders(client: openai.OpenAI) -> None:
     key = "parameters" if "<|eot_id|>" in text else "arguments"
     assert f'{{"name": "{call.name}", "{key}": {arguments}}}' in text
     assert "done" in text
+
+
+def test_mistral_calls_open_with_the_special_token(
+    client: openai.OpenAI, request: pytest.FixtureRequest
+) -> None:
+    if request.node.callspec.params["client"] != "mistral":
+        pytest.skip("Mistral's marker only")
+    reply = client.chat.completions.create(
+        model=MODEL, messages=MESSAGES, tools=TOOLS, tool_choice="required", max_tokens=400,
+        temperature=0, logprobs=True,
+    )  # fmt: skip
+    assert reply.choices[0].logprobs and reply.choices[0].logprobs.content
+    # One token, the special one (spelt in ordinary tokens the model would read it as text).
+    assert reply.choices[0].logprobs.content[0].token == "[TOOL_CALLS]"
+    assert reply.choices[0].message.tool_calls
