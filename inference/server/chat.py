@@ -85,6 +85,7 @@ async def create_chat_completion(
     )
     await constrain(engine, request, params)
     fmt: ToolFormat | None = None
+    max_calls = None if request.parallel_tool_calls else 1
     if plan is not None:
         fmt = format_of(engine.tokenizer.chat_template_for(tools=True))
         await constrain_tools(engine, plan, fmt, params)
@@ -97,9 +98,9 @@ async def create_chat_completion(
     header = _Header(response_id, int(time.time()), worker.settings.served_model_name)
     if request.stream:
         include_usage = request.stream_options is not None and request.stream_options.include_usage
-        return _stream(header, handles, request.n, engine.tokenizer, include_usage, fmt)
+        return _stream(header, handles, request.n, engine.tokenizer, include_usage, fmt, max_calls)
     outputs = await unless_disconnected(receive, final_outputs(handles))
-    return msgspec.json.encode(_completion(header, outputs[0], engine.tokenizer, fmt))
+    return msgspec.json.encode(_completion(header, outputs[0], engine.tokenizer, fmt, max_calls))
 
 
 def chat_prompt_token_ids(
@@ -162,14 +163,18 @@ class _Header(msgspec.Struct):
 
 
 def _completion(
-    header: _Header, output: RequestOutput, tokenizer: Any, fmt: ToolFormat | None
+    header: _Header,
+    output: RequestOutput,
+    tokenizer: Any,
+    fmt: ToolFormat | None,
+    max_calls: int | None,
 ) -> ChatCompletion:
     choices = []
     for sample in output.outputs:
         message = ChatResponseMessage(role="assistant", content=sample.text)
         finish_reason = sample.finish_reason
         if fmt is not None:
-            parsed = parse(sample.text, fmt)
+            parsed = parse(sample.text, fmt, max_calls)
             if parsed.calls:
                 message.content = parsed.content
                 message.tool_calls = [
@@ -203,10 +208,13 @@ async def _stream(
     tokenizer: Any,
     include_usage: bool,
     fmt: ToolFormat | None = None,
+    max_calls: int | None = None,
 ) -> AsyncIterator[bytes]:
     usage_field = None if include_usage else UNSET
     cursor = StreamCursor()
-    streamers = {} if fmt is None else {index: ToolStreamer(fmt) for index in range(n)}
+    streamers = {}
+    if fmt is not None:
+        streamers = {index: ToolStreamer(fmt, max_calls) for index in range(n)}
     latest: RequestOutput | None = None
 
     def chunk(choices: list[ChatChunkChoice], usage: Any = usage_field) -> bytes:

@@ -64,9 +64,10 @@ class ParsedOutput:
     calls: list[ParsedCall]
 
 
-def parse(text: str, fmt: ToolFormat) -> ParsedOutput:
+def parse(text: str, fmt: ToolFormat, max_calls: int | None = None) -> ParsedOutput:
     """``text`` split into calls and content; no calls (and ``text`` as the content) when it
-    does not parse as ``fmt``'s calls."""
+    does not parse as ``fmt``'s calls. Calls past ``max_calls`` are dropped
+    (``parallel_tool_calls`` false: one call at most)."""
     found: tuple[str, list[ParsedCall]] | None
     if fmt == "hermes":
         found = _parse_hermes(text)
@@ -77,7 +78,7 @@ def parse(text: str, fmt: ToolFormat) -> ParsedOutput:
     if found is None or not found[1]:
         return ParsedOutput(text, [])
     content, calls = found
-    return ParsedOutput(content if content.strip() else None, calls)
+    return ParsedOutput(content if content.strip() else None, calls[:max_calls])
 
 
 def call_of(value: Any, arguments_key: str = "arguments") -> ParsedCall | None:

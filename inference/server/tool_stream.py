@@ -9,6 +9,7 @@ Mistral's calls run to the end of the reply, so they are parsed once it ends and
 leaves as its first delta plus one delta with all its arguments.
 
 A call that turns out malformed goes out as content if none of it has been sent yet.
+Calls past ``max_calls`` (``parallel_tool_calls`` false) are dropped, as parse drops them.
 """
 
 from __future__ import annotations
@@ -73,8 +74,9 @@ class _Call:
 
 
 class ToolStreamer:
-    def __init__(self, fmt: ToolFormat) -> None:
+    def __init__(self, fmt: ToolFormat, max_calls: int | None = None) -> None:
         self.fmt = fmt
+        self.max_calls = max_calls  # deltas of later calls are dropped (as in parse)
         self.num_calls = 0
         self._pending = ""  # text not yet sent: a possible marker's start, or a call region
         self._seen_text = False  # content other than whitespace has been sent
@@ -82,6 +84,19 @@ class ToolStreamer:
         self._call: _Call | None = None  # hermes: inside this call
 
     def feed(self, text: str) -> list[Event]:
+        return self._kept(self._feed(text))
+
+    def finish(self) -> list[Event]:
+        """Everything held back, at the end of the reply."""
+        return self._kept(self._finish())
+
+    def _kept(self, events: list[Event]) -> list[Event]:
+        if self.max_calls is None:
+            return events
+        limit = self.max_calls
+        return [e for e in events if isinstance(e, str) or e.index < limit]
+
+    def _feed(self, text: str) -> list[Event]:
         self._pending += text
         events: list[Event] = []
         while True:
@@ -95,8 +110,7 @@ class ToolStreamer:
             if (self._pending, self._call is None, self._in_region) == before:
                 return events
 
-    def finish(self) -> list[Event]:
-        """Everything held back, at the end of the reply."""
+    def _finish(self) -> list[Event]:
         events: list[Event] = []
         if self._call is not None:
             events += self._close_call(self._call.body + self._pending)

@@ -137,3 +137,17 @@ def test_text_that_might_open_a_call_is_held_back_only_that_long() -> None:
     streamer = ToolStreamer("hermes")
     assert streamer.feed("Hello <tool") == ["Hello"]
     assert streamer.feed("box> done") == [" <toolbox> done"]
+
+
+@pytest.mark.parametrize(
+    ("text", "fmt"), [(HERMES, "hermes"), (LLAMA, "llama3"), (MISTRAL, "mistral")]
+)
+def test_parallel_tool_calls_false_keeps_the_first_call(text: str, fmt: str) -> None:
+    parsed = parse(text, fmt, max_calls=1)  # type: ignore[arg-type]
+    assert [c.name for c in parsed.calls] == [parse(text, fmt).calls[0].name]  # type: ignore[arg-type]
+    for step in (1, 4):
+        streamer = ToolStreamer(fmt, max_calls=1)  # type: ignore[arg-type]
+        events = [e for i in range(0, len(text), step) for e in streamer.feed(text[i : i + step])]
+        events += streamer.finish()
+        indexes = {e.index for e in events if not isinstance(e, str)}
+        assert indexes == {0}
