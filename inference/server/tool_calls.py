@@ -89,7 +89,7 @@ def call_of(value: Any, arguments_key: str = "arguments") -> ParsedCall | None:
     if isinstance(arguments, str):  # some models write the arguments as JSON text
         try:
             arguments = json.loads(arguments)
-        except ValueError:
+        except (ValueError, RecursionError):  # deep nesting: RecursionError
             return None
     if not isinstance(arguments, dict):
         return None
@@ -101,7 +101,7 @@ def _parse_hermes(text: str) -> tuple[str, list[ParsedCall]] | None:
     for block in _HERMES_BLOCK.finditer(text):
         try:
             value = json.loads(block.group(1))
-        except ValueError:
+        except (ValueError, RecursionError):  # deep nesting: RecursionError
             return None
         call = call_of(value)
         if call is None:
@@ -121,7 +121,7 @@ def _parse_llama3(text: str) -> tuple[str, list[ParsedCall]] | None:
     while at < len(body):
         try:
             value, end = _DECODER.raw_decode(body, at)
-        except ValueError:
+        except (ValueError, RecursionError):  # deep nesting: RecursionError
             return None
         call = call_of(value, "parameters")
         if call is None:
@@ -140,7 +140,7 @@ def _parse_mistral(text: str) -> tuple[str, list[ParsedCall]] | None:
     if rest.startswith("["):
         try:
             values, end = _DECODER.raw_decode(rest)
-        except ValueError:
+        except (ValueError, RecursionError):  # deep nesting: RecursionError
             return None
         if not isinstance(values, list) or rest[end:].strip():
             return None

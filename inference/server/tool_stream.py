@@ -188,7 +188,10 @@ class ToolStreamer:
             head = _HERMES_HEAD.match(call.body)
             if head is None or not call.body[head.end() :].startswith("{"):
                 return events
-            name = json.loads(f'"{head.group(1)}"')
+            try:
+                name = json.loads(f'"{head.group(1)}"')
+            except ValueError:  # a bad escape: the call is judged when it closes
+                return events
             events.append(self._head(call.index, name))
             call.sent_head, call.args_at = True, head.end()
         events += self._more_arguments(call)
@@ -214,7 +217,7 @@ class ToolStreamer:
         call.body = body
         try:
             parsed = call_of(json.loads(body))
-        except ValueError:
+        except (ValueError, RecursionError):  # deep nesting: RecursionError
             parsed = None
         if not call.sent_head:
             if parsed is None:

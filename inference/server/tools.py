@@ -121,7 +121,7 @@ def template_message(message: ChatMessage, i: int, entry: dict[str, Any]) -> Non
         param = f"messages[{i}].tool_calls[{j}].function.arguments"
         try:
             arguments = json.loads(call.function.arguments or "{}")
-        except ValueError:
+        except (ValueError, RecursionError):  # deep nesting: RecursionError
             raise bad_param(param, f"{param} must be JSON text") from None
         if not isinstance(arguments, dict):
             raise bad_param(param, f"{param} must be a JSON object")

@@ -276,8 +276,11 @@ def test_bad_tool_requests_are_400_naming_the_field(
     assert error["type"] == "invalid_request_error"
 
 
-def test_bad_tool_history_is_400(http: httpx.Client) -> None:
-    call = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{oops"}}
+@pytest.mark.parametrize(
+    "arguments", ["{oops", "[1]", "[" * 100_000, "{" + '"a":{' * 40 + "}" * 41]
+)
+def test_bad_tool_history_is_400(http: httpx.Client, arguments: str) -> None:
+    call = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": arguments}}
     history = [*MESSAGES, {"role": "assistant", "tool_calls": [call]}]
     reply = http.post(
         "/v1/chat/completions", json={"model": MODEL, "messages": history, "max_tokens": 2}

@@ -62,6 +62,9 @@ def test_mistral_array_and_v11_forms() -> None:
         ('[TOOL_CALLS][{"name": "f", "arguments": {}}', "mistral"),  # cut short
         ("[TOOL_CALLS]f{}", "mistral"),
         ("plain words", "mistral"),
+        ("<tool_call>" + "[" * 100_000 + "</tool_call>", "hermes"),  # RecursionError
+        ("{" + '"a":[' * 100_000, "llama3"),
+        ('<tool_call>{"name": "f\\x", "arguments": {}}</tool_call>', "hermes"),  # bad escape
     ],
 )
 def test_malformed_output_is_content(text: str, fmt: str) -> None:
@@ -110,6 +113,8 @@ def streamed(text: str, fmt: str, step: int) -> tuple[str, dict[int, tuple[str, 
         ("plain text < with <tool stuff", "hermes"),
         ("  Hello {x}", "llama3"),
         ('<tool_call>{"arguments": {"a": 1}, "name": "late"}</tool_call>', "hermes"),
+        ('<tool_call>{"name": "f\\x", "arguments": {}}</tool_call>', "hermes"),
+        ("<tool_call>" + "[" * 5000 + "</tool_call>", "hermes"),
     ],
 )
 @pytest.mark.parametrize("step", [1, 2, 5, 1000])
