@@ -303,3 +303,29 @@ def test_auto_streams_free_text_and_its_logprobs_as_without_tools(client: openai
         num_logprobs += len(choice.logprobs.content or []) if choice.logprobs else 0
     assert content == whole.choices[0].message.content
     assert num_logprobs == 12 == len(whole.choices[0].logprobs.content or [])  # type: ignore[union-attr]
+
+
+def test_streamed_choices_each_get_their_calls(client: openai.OpenAI) -> None:
+    stream = client.chat.completions.create(
+        model=MODEL, messages=MESSAGES, tools=TOOLS, tool_choice="required", n=2, seed=7,
+        temperature=1.0, max_tokens=600, stream=True, stream_options={"include_usage": True},
+    )  # fmt: skip
+    arguments: dict[tuple[int, int], str] = {}
+    names: dict[tuple[int, int], str] = {}
+    finishes, usage = {}, None
+    for chunk in stream:
+        usage = chunk.usage or usage
+        for choice in chunk.choices:
+            if choice.finish_reason:
+                finishes[choice.index] = choice.finish_reason
+            for delta in choice.delta.tool_calls or []:
+                assert delta.function is not None
+                key = (choice.index, delta.index)
+                if delta.function.name:
+                    names[key] = delta.function.name
+                arguments[key] = arguments.get(key, "") + (delta.function.arguments or "")
+    assert finishes == {0: "tool_calls", 1: "tool_calls"}
+    assert {index for index, _call in names} == {0, 1} and names.keys() == arguments.keys()
+    for key, text in arguments.items():
+        jsonschema.validate(json.loads(text), SCHEMAS[names[key]])
+    assert usage is not None and usage.completion_tokens > 0
