@@ -2,11 +2,13 @@
 
 One :class:`ToolStreamer` per choice. Text outside calls goes out as content, held back only
 while its tail could still be the start of a call's opening marker. Inside a call nothing
-goes out as content: in the Hermes format, the call's first delta (index, id, type, name,
-arguments "") leaves as soon as the name has been written, and the arguments then leave as
-they are written (the raw JSON text, up to where the arguments object closes). Llama 3's and
-Mistral's calls run to the end of the reply, so they are parsed once it ends and each call
-leaves as its first delta plus one delta with all its arguments.
+goes out as content: a call's first delta (index, id, type, name, arguments "") leaves as
+soon as its name has been written, and the arguments then leave as they are written (the
+raw JSON text, up to where the arguments object closes). Llama 3's and Mistral's calls run
+to the end of the reply: they stream the same way while they look like a sequence of
+``{"name": ..., "arguments"/"parameters": {...}}`` objects, and whatever does not (keys in
+another order, Mistral v11's ``name[ARGS]``) is left to the parse at the end, each such call
+leaving as its first delta plus one delta with all its arguments.
 
 A call that turns out malformed goes out as content if none of it has been sent yet.
 Calls past ``max_calls`` (``parallel_tool_calls`` false) are dropped, as parse drops them.
@@ -31,7 +33,12 @@ from inference.server.tool_calls import (
 )
 
 Event = str | ToolCallDelta  # content text, or a tool-call delta
-_HERMES_HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"arguments"\s*:\s*')
+_HEAD = re.compile(
+    r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"(?:arguments|parameters)"\s*:\s*'
+)
+_ARGS_KEY = re.compile(r'"(?:arguments|parameters)"\s*:\s*\S')
+_MAX_HEAD = 1024  # characters of a call's start that may go by without its name
+_BETWEEN = " \t\r\n,;[]}"  # what may come between (and around) calls in a region
 
 
 @dataclass
@@ -73,6 +80,16 @@ class _Call:
     scanner: _ObjectEnd = field(default_factory=_ObjectEnd)
 
 
+@dataclass
+class _Region:
+    """Llama 3's or Mistral's calls, from where they start to the end of the reply."""
+
+    text: str = ""
+    at: int = 0  # where the next call may start
+    call: _Call | None = None  # the call whose arguments are being sent
+    stopped: bool = False  # the rest is left to the parse at the end
+
+
 class ToolStreamer:
     def __init__(self, fmt: ToolFormat, max_calls: int | None = None) -> None:
         self.fmt = fmt
@@ -80,7 +97,7 @@ class ToolStreamer:
         self.num_calls = 0
         self._pending = ""  # text not yet sent: a possible marker's start, or a call region
         self._seen_text = False  # content other than whitespace has been sent
-        self._in_region = False  # llama3 / mistral: inside the calls, to the end
+        self._region: _Region | None = None  # llama3 / mistral: inside the calls, to the end
         self._call: _Call | None = None  # hermes: inside this call
 
     def feed(self, text: str) -> list[Event]:
@@ -100,26 +117,24 @@ class ToolStreamer:
         self._pending += text
         events: list[Event] = []
         while True:
-            before = (self._pending, self._call is None, self._in_region)
-            if self._in_region:
-                return events
+            if self._region is not None:
+                self._region.text += self._pending
+                self._pending = ""
+                return events + self._in_region(self._region)
+            before = (self._pending, self._call is None)
             if self._call is not None:
                 events += self._in_call()
             else:
                 events += self._in_text()
-            if (self._pending, self._call is None, self._in_region) == before:
+            if (self._pending, self._call is None) == before and self._region is None:
                 return events
 
     def _finish(self) -> list[Event]:
         events: list[Event] = []
         if self._call is not None:
             events += self._close_call(self._call.body + self._pending)
-        elif self._in_region:
-            parsed = parse(self._pending, self.fmt)
-            if parsed.content is not None:
-                events.append(parsed.content)
-            for call in parsed.calls:
-                events += self._whole_call(call.name, call.arguments)
+        elif self._region is not None:
+            events += self._close_region(self._region)
         elif self._pending and (self._pending.strip() or not self.num_calls):
             events.append(self._pending)
         self._pending = ""
@@ -139,8 +154,8 @@ class ToolStreamer:
             if self.fmt == "hermes":
                 self._call = _Call(self.num_calls, lead=text[len(before) : at])
             else:
-                self._in_region = True
-                self._pending = text[len(before) :]
+                self._region = _Region(text[len(before) :])
+                self._pending = ""
             return self._content(before)
         # Held back: what could begin the marker, and whitespace (it may precede a call).
         cut = len(text) - _marker_prefix_len(text, marker)
@@ -155,7 +170,8 @@ class ToolStreamer:
             return [text] if text else []
         body = text.lstrip()
         if body.startswith("{") or body.startswith(LLAMA_TAG):
-            self._in_region = True
+            self._region = _Region(text)
+            self._pending = ""
             return []
         if not body or LLAMA_TAG.startswith(body):
             return []
@@ -185,7 +201,7 @@ class ToolStreamer:
         self._pending = self._pending[len(self._pending) - keep :]
         events: list[Event] = []
         if not call.sent_head:
-            head = _HERMES_HEAD.match(call.body)
+            head = _HEAD.match(call.body)
             if head is None or not call.body[head.end() :].startswith("{"):
                 return events
             try:
@@ -229,6 +245,53 @@ class ToolStreamer:
             events.append(_arguments(call.index, parsed.arguments))
         return events
 
+    # -- inside Llama 3's or Mistral's calls ------------------------------------------------
+
+    def _in_region(self, region: _Region) -> list[Event]:
+        events: list[Event] = []
+        text = region.text
+        while not region.stopped:
+            call = region.call
+            if call is not None:
+                call.body = text
+                events += self._more_arguments(call)
+                if not call.scanner.done:
+                    return events
+                region.call, region.at = None, call.args_at + call.args_sent
+                continue
+            region.at = _skip_between(text, region.at)
+            if region.at == len(text):
+                return events
+            head = _HEAD.match(text, region.at) if text[region.at] == "{" else None
+            if head is None or not text.startswith("{", head.end()):
+                waiting = text[region.at] == "{" and len(text) - region.at <= _MAX_HEAD
+                if head is None and waiting and not _ARGS_KEY.search(text, region.at):
+                    return events  # the call's start, still being written
+                if head is not None and len(text) == head.end():
+                    return events  # the arguments are next
+                region.stopped = True  # not a call this scanner follows
+                break
+            try:
+                name = json.loads(f'"{head.group(1)}"')
+            except ValueError:
+                region.stopped = True
+                break
+            region.call = _Call(self.num_calls, body=text, sent_head=True, args_at=head.end())
+            events.append(self._head(self.num_calls, name))
+        return events
+
+    def _close_region(self, region: _Region) -> list[Event]:
+        events: list[Event] = []
+        if region.call is not None:  # cut short: send what was written
+            region.call.body = region.text
+            events += self._more_arguments(region.call)
+        parsed = parse(region.text, self.fmt)
+        if not self.num_calls and parsed.content is not None:
+            events.append(parsed.content)
+        for call in parsed.calls[self.num_calls :]:  # those the scanner did not follow
+            events += self._whole_call(call.name, call.arguments)
+        return events
+
     def _head(self, index: int, name: str) -> ToolCallDelta:
         self.num_calls = max(self.num_calls, index + 1)
         return ToolCallDelta(
@@ -245,6 +308,20 @@ class ToolStreamer:
 
 def _arguments(index: int, text: str) -> ToolCallDelta:
     return ToolCallDelta(index=index, function=FunctionCallDelta(arguments=text))
+
+
+def _skip_between(text: str, at: int) -> int:
+    """Past separators and markers: what a region may hold between calls."""
+    while at < len(text):
+        if text.startswith(MISTRAL_MARK, at):
+            at += len(MISTRAL_MARK)
+        elif text.startswith(LLAMA_TAG, at):
+            at += len(LLAMA_TAG)
+        elif text[at] in _BETWEEN:
+            at += 1
+        else:
+            break
+    return at
 
 
 def _marker_prefix_len(text: str, marker: str) -> int:

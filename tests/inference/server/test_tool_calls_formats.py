@@ -1,6 +1,7 @@
 """Llama 3's and Mistral's tool-call formats end to end: a worker whose chat template is in
 that family's shape writes forced calls in its format (the grammar), and they come back
-as tool_calls, streamed and not; the history renders the calls in the template's form."""
+as tool_calls, streamed (arguments as written) and not; the history renders the calls in
+the template's form."""
 
 from __future__ import annotations
 
@@ -146,16 +147,18 @@ def test_streamed_calls_match_the_whole_reply(client: openai.OpenAI) -> None:
     whole = client.chat.completions.create(**fields)
     assert whole.choices[0].message.tool_calls
     expected = json.loads(whole.choices[0].message.tool_calls[0].function.arguments)
-    arguments, names, finish = "", [], None
+    arguments, names, finish, num_deltas = "", [], None, 0
     for chunk in client.chat.completions.create(**fields, stream=True):
         for delta in chunk.choices[0].delta.tool_calls or []:
             assert delta.index == 0 and delta.function is not None
             if delta.function.name:
                 names.append(delta.function.name)
             arguments += delta.function.arguments or ""
+            num_deltas += 1
         finish = chunk.choices[0].finish_reason or finish
     assert names == ["nested"] and finish == "tool_calls"
     assert json.loads(arguments) == expected
+    assert num_deltas > 3  # the arguments left as they were written, not all at the end
 
 
 def test_the_round_trip_renders(client: openai.OpenAI) -> None:

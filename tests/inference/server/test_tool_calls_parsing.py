@@ -115,6 +115,10 @@ def streamed(text: str, fmt: str, step: int) -> tuple[str, dict[int, tuple[str, 
         ('<tool_call>{"arguments": {"a": 1}, "name": "late"}</tool_call>', "hermes"),
         ('<tool_call>{"name": "f\\x", "arguments": {}}</tool_call>', "hermes"),
         ("<tool_call>" + "[" * 5000 + "</tool_call>", "hermes"),
+        ('[TOOL_CALLS]f[ARGS]{"a": 1}[TOOL_CALLS]g[ARGS]{}', "mistral"),  # left to the end
+        ('{"name": "f", "parameters": {"a": 1}}; {"parameters": {}, "name": "g"}', "llama3"),
+        ('<|python_tag|>{"name": "f", "parameters": "{\\"a\\": 1}"}', "llama3"),
+        ('[TOOL_CALLS][{"name": "f", "arguments": {"a": [1, {"b": "]}"}]}}]', "mistral"),
     ],
 )
 @pytest.mark.parametrize("step", [1, 2, 5, 1000])
@@ -156,3 +160,21 @@ def test_parallel_tool_calls_false_keeps_the_first_call(text: str, fmt: str) -> 
         events += streamer.finish()
         indexes = {e.index for e in events if not isinstance(e, str)}
         assert indexes == {0}
+
+
+@pytest.mark.parametrize(
+    ("fmt", "start", "rest"),
+    [
+        ("llama3", '{"name": "f", "parameters": {"city": "Par', 'is"}}; {"name": "g", '),
+        ("mistral", '[TOOL_CALLS][{"name": "f", "arguments": {"city": "Par', 'is"}}, {"name": '),
+    ],
+)
+def test_llama3_and_mistral_arguments_leave_as_written(fmt: str, start: str, rest: str) -> None:
+    streamer = ToolStreamer(fmt)  # type: ignore[arg-type]
+    events = streamer.feed(start)
+    assert next(e.function.name for e in events if not isinstance(e, str)) == "f"
+    assert "".join(e.function.arguments for e in events if not isinstance(e, str)) == (
+        '{"city": "Par'
+    )
+    more = streamer.feed(rest)
+    assert [e.function.arguments for e in more if not isinstance(e, str)] == ['is"}']
