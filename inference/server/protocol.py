@@ -166,6 +166,7 @@ class TokenizeRequest(Struct, kw_only=True, forbid_unknown_fields=True):
     model: str | None = None
     prompt: str | None = None
     messages: list[ChatMessage] | None = None
+    tools: list[Tool] | None = None  # with messages: rendered as a chat with them renders
     add_special_tokens: bool = True
     add_generation_prompt: bool = True
 

@@ -100,6 +100,15 @@ def _parameters(tool: Tool, param: str) -> dict[str, Any]:
     return schema
 
 
+def template_tools(tools: list[Tool]) -> list[dict[str, Any]]:
+    """``tools`` as the chat template gets them, for /tokenize (which compiles nothing)."""
+    for i, tool in enumerate(tools):
+        if tool.function.parameters is not None:
+            param = f"tools[{i}].function.parameters"
+            check_depth(tool.function.parameters, param, MAX_SCHEMA_DEPTH)
+    return [_template_tool(tool) for tool in tools]
+
+
 def _template_tool(tool: Tool) -> dict[str, Any]:
     function: dict[str, Any] = {"name": tool.function.name}
     if tool.function.description is not None:

@@ -185,6 +185,9 @@ def test_auto_and_none_leave_free_text(client: openai.OpenAI, http: httpx.Client
     assert plain.usage and offered.usage and withheld.usage
     assert withheld.usage.prompt_tokens == plain.usage.prompt_tokens
     assert offered.usage.prompt_tokens > plain.usage.prompt_tokens + 100
+    # /tokenize renders the tools as the chat does.
+    body = {"model": MODEL, "messages": MESSAGES, "tools": TOOLS}
+    assert http.post("/tokenize", json=body).json()["count"] == offered.usage.prompt_tokens
 
 
 def test_a_full_round_trip(client: openai.OpenAI, http: httpx.Client) -> None:
