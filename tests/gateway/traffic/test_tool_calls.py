@@ -1,7 +1,8 @@
 """Tool calling through a real gateway to a real worker on a tiny random model: tools and
 tool_choice pass through unchanged, forced calls come back (streamed and not) with
 arguments that validate, the worker's 400s come back as they are, tool requests are counted
-by tool_choice, and the tools count in the prompt's token estimate."""
+by tool_choice and their calls audited, and the tools count in the prompt's token
+estimate."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ NAMED: Any = {"type": "function", "function": {"name": "file_ncr"}}
 
 def test_tool_calls_pass_through_and_are_counted(tmp_path: Path, worker: str) -> None:
     with running_gateway(tmp_path, [worker]) as gateway:
-        client = gateway.client(gateway.department("quality"))
+        client = gateway.client(gateway.department("quality", audit_bodies=True))
         reply = client.chat.completions.create(
             model=MODEL, messages=MESSAGES, tools=TOOLS, tool_choice=NAMED, max_tokens=200,
             temperature=0,
@@ -69,6 +70,11 @@ def test_tool_calls_pass_through_and_are_counted(tmp_path: Path, worker: str) ->
             )  # fmt: skip
         error: Any = caught.value.body
         assert error["param"] == "tool_choice" and "nope" in error["message"]
+        # Audited: the streamed reply's call is kept as its name and arguments.
+        records = gateway.audit_records(4)
+        streamed = [r["response_body"] for r in records if r["streamed"]]
+        assert streamed == [f"\n[tool_call file_ncr] {arguments}"]
+        assert '"tool_calls"' in records[0]["response_body"]
         page = httpx.get(f"{gateway.url}/metrics").text
         name = "enclave_gateway_tool_requests_total"
         assert metric(page, name, tool_choice="named") == 2
