@@ -140,20 +140,28 @@ def template_message(message: ChatMessage, i: int, entry: dict[str, Any]) -> Non
     entry["tool_calls"] = calls
 
 
-def special_token_id(tokenizer: Any, marker: str) -> int | None:
-    """The id of ``marker`` when the tokenizer has it as one special token (Mistral's
-    ``[TOOL_CALLS]``): the grammar must then write that token (llguidance's ``<[id]>``),
-    since a special token's text cannot be spelled with ordinary ones."""
-    ids = tokenizer.encode(marker, add_special_tokens=False)
-    if len(ids) == 1 and tokenizer.decode(ids, skip_special_tokens=True) == "":
-        return int(ids[0])
-    return None
+def marker_terms(tokenizer: Any, ll_tokenizer: Any, fmt: ToolFormat) -> dict[str, str]:
+    """The Lark term for each of ``fmt``'s markers. A marker the tokenizer has as one added
+    token (Qwen's ``<tool_call>``, Mistral's ``[TOOL_CALLS]``) is one llguidance treats as
+    special, whose text ordinary tokens cannot spell into: the grammar must name that
+    token (``<[id]>``). Any other marker is its text."""
+    if fmt == "llama3":
+        return {}  # its calls have no markers
+    markers = [MISTRAL_MARK] if fmt == "mistral" else [HERMES_OPEN, HERMES_CLOSE]
+    terms = {}
+    for marker in markers:
+        ids = tokenizer.encode(marker, add_special_tokens=False)
+        special = len(ids) == 1 and ll_tokenizer.is_special_token(ids[0])
+        terms[marker] = f"<[{ids[0]}]>" if special else json.dumps(marker)
+    return terms
 
 
-def call_grammar(plan: ToolPlan, fmt: ToolFormat, marker_id: int | None = None) -> str:
+def call_grammar(plan: ToolPlan, fmt: ToolFormat, terms: dict[str, str] | None = None) -> str:
     """Lark for exactly one call (several when parallel and ``required``) in ``fmt``, each
-    call's arguments under its function's parameters schema; ``marker_id``: the special
-    token that opens Mistral's calls, if the tokenizer has one."""
+    call's arguments under its function's parameters schema; ``terms``: the markers' Lark
+    terms (marker_terms), their text by default."""
+    term = {marker: json.dumps(marker) for marker in (HERMES_OPEN, HERMES_CLOSE, MISTRAL_MARK)}
+    term.update(terms or {})
     names = list(plan.schemas) if plan.choice == "required" else [plan.choice]
     several = plan.parallel and plan.choice == "required"
     arguments_key = "parameters" if fmt == "llama3" else "arguments"
@@ -163,15 +171,13 @@ def call_grammar(plan: ToolPlan, fmt: ToolFormat, marker_id: int | None = None) 
     ]
     rules.insert(0, "body: " + " | ".join(f"f{k}" for k in range(len(names))))
     if fmt == "hermes":
-        call = (
-            f"call: {json.dumps(HERMES_OPEN + chr(10))} body {json.dumps(chr(10) + HERMES_CLOSE)}"
-        )
+        call = f'call: {term[HERMES_OPEN]} "\\n" body "\\n" {term[HERMES_CLOSE]}'
         start = 'start: call ("\\n" call)*' if several else "start: call"
     elif fmt == "llama3":
         call = "call: body"
         start = 'start: call ("; " call)*' if several else "start: call"
     else:
-        mark = json.dumps(MISTRAL_MARK) if marker_id is None else f"<[{marker_id}]>"
+        mark = term[MISTRAL_MARK]
         call = f'call: {mark} "[" body ("," body)* "]"'
         if not several:
             call = f'call: {mark} "[" body "]"'
@@ -211,12 +217,14 @@ async def constrain_tools(
             raise bad_param(param, f"{param} of {name!r} cannot be used: {exc}") from None
     if not plan.forced:
         return
-    marker_id = None
-    if fmt == "mistral":
-        marker_id = special_token_id(engine.tokenizer, MISTRAL_MARK)
-    constraint = Constraint("grammar", call_grammar(plan, fmt, marker_id))
     try:
-        await asyncio.to_thread(engine.grammars.compile, constraint)
+        params.constraint = await asyncio.to_thread(_compile_calls, engine, plan, fmt)
     except GrammarError as exc:
         raise bad_param("tool_choice", f"the tool-call grammar cannot be used: {exc}") from None
-    params.constraint = constraint
+
+
+def _compile_calls(engine: LLMEngine, plan: ToolPlan, fmt: ToolFormat) -> Constraint:
+    terms = marker_terms(engine.tokenizer, engine.grammars.tokenizer, fmt)
+    constraint = Constraint("grammar", call_grammar(plan, fmt, terms))
+    engine.grammars.compile(constraint)
+    return constraint

@@ -15,6 +15,7 @@ import openai
 import pytest
 
 from inference.server.settings import ServerSettings
+from tests.inference.checkpoints import claim_token
 from tests.inference.grammar.schemas import ARRAYS, NESTED, OPTIONAL, REFS
 from tests.inference.server.conftest import API_KEY, MODEL, serving, tiny_engine
 
@@ -71,6 +72,9 @@ def tool_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     directory = make_checkpoint(
         "qwen2", tmp_path_factory.mktemp("tools-qwen2"), max_position_embeddings=4096
     )
+    # As in Qwen's tokenizer, the markers are single tokens that are not special.
+    for marker in ("<tool_call>", "</tool_call>"):
+        claim_token(directory, marker, special=False)
     config_path = directory / "tokenizer_config.json"
     config = json.loads(config_path.read_text())
     config["chat_template"] = QWEN_TOOL_TEMPLATE
@@ -113,6 +117,18 @@ def test_a_named_function_is_called_with_valid_arguments(client: openai.OpenAI, 
         assert calls[0].function.name == name
         jsonschema.validate(json.loads(calls[0].function.arguments), SCHEMAS[name])
         assert choice.message.content is None
+
+
+def test_the_markers_are_written_as_their_single_tokens(client: openai.OpenAI) -> None:
+    reply = client.chat.completions.create(
+        model=MODEL, messages=MESSAGES, tools=TOOLS, tool_choice=named("optional"),
+        max_tokens=200, temperature=0, logprobs=True,
+    )  # fmt: skip
+    logprobs = reply.choices[0].logprobs
+    assert logprobs and logprobs.content
+    tokens = [t.token for t in logprobs.content]
+    assert tokens[0] == "<tool_call>" and "</tool_call>" in tokens
+    assert reply.choices[0].message.tool_calls
 
 
 def test_required_calls_one_of_the_tools(client: openai.OpenAI) -> None:

@@ -16,6 +16,7 @@ import openai
 import pytest
 
 from inference.server.settings import ServerSettings
+from tests.inference.checkpoints import claim_token
 from tests.inference.grammar.schemas import ARRAYS, NESTED
 from tests.inference.server.conftest import API_KEY, MODEL, serving, tiny_engine
 
@@ -90,7 +91,7 @@ def client(
         kind, tmp_path_factory.mktemp(f"tools-{kind}"), max_position_embeddings=4096
     )
     if request.param == "mistral":
-        _make_special(directory, "[TOOL_CALLS]")
+        claim_token(directory, "[TOOL_CALLS]", special=True)
     config_path = directory / "tokenizer_config.json"
     config = json.loads(config_path.read_text())
     config["chat_template"] = LLAMA3_TEMPLATE if request.param == "llama3" else MISTRAL_TEMPLATE
@@ -99,21 +100,6 @@ def client(
     settings = ServerSettings(served_model_name=MODEL, api_key=API_KEY)
     with serving(create_app(engine, settings)) as url:
         yield openai.OpenAI(base_url=f"{url}/v1", api_key=API_KEY, max_retries=0)
-
-
-def _make_special(directory: Path, text: str) -> None:
-    """Give the vocabulary's last merge's id to ``text`` as a special token, as Mistral's
-    tokenizers have [TOOL_CALLS] (the tiny vocabulary is full; the model's width fixed)."""
-    path = directory / "tokenizer.json"
-    document = json.loads(path.read_text())
-    model = document["model"]
-    left, right = model["merges"].pop()
-    token_id = model["vocab"].pop(left + right)
-    document["added_tokens"].append(
-        {"id": token_id, "content": text, "single_word": False, "lstrip": False,
-         "rstrip": False, "normalized": False, "special": True}
-    )  # fmt: skip
-    path.write_text(json.dumps(document))
 
 
 def test_forced_calls_come_back_as_tool_calls(client: openai.OpenAI) -> None:
