@@ -31,6 +31,7 @@ from inference.server.protocol import (
     TokenizeResponse,
 )
 from inference.server.settings import ServerSettings
+from inference.server.tools import template_tools
 from inference.server.validation import decode_request
 from inference.server.worker import Worker
 
@@ -127,6 +128,7 @@ def create_app(
                 body.messages,
                 add_generation_prompt=body.add_generation_prompt,
                 template_kwargs=None,
+                tools=None if body.tools is None else template_tools(body.tools),
             )
         else:
             token_ids = tokenizer.encode(

@@ -35,9 +35,15 @@ from inference.server.protocol import (
     ChatDelta,
     ChatMessage,
     ChatResponseMessage,
+    FunctionCall,
     Role,
+    ToolCall,
+    ToolCallDelta,
 )
 from inference.server.structured import constrain
+from inference.server.tool_calls import ToolFormat, format_of, new_call_id, parse
+from inference.server.tool_stream import ToolStreamer
+from inference.server.tools import check_tools, constrain_tools, template_message
 from inference.server.validation import (
     check_chat,
     check_prompt_fits,
@@ -56,6 +62,7 @@ async def create_chat_completion(
     """JSON bytes, or the SSE byte stream when ``stream`` is set."""
     request = decode_request(body, ChatCompletionRequest)
     check_chat(request)
+    plan = check_tools(request)
     async_engine = worker.accept(request.model)
     engine = worker.loaded()
     token_ids = chat_prompt_token_ids(
@@ -63,6 +70,7 @@ async def create_chat_completion(
         request.messages,
         add_generation_prompt=request.add_generation_prompt,
         template_kwargs=request.chat_template_kwargs,
+        tools=None if plan is None else plan.tools,
     )
     check_prompt_fits(len(token_ids), engine.max_model_len, "messages")
     requested: int | None
@@ -76,6 +84,13 @@ async def create_chat_completion(
         request, max_tokens=max_tokens, logprobs=logprobs, vocab_size=engine.arch.vocab_size
     )
     await constrain(engine, request, params)
+    fmt: ToolFormat | None = None
+    max_calls = None if request.parallel_tool_calls else 1
+    if plan is not None:
+        fmt = format_of(engine.tokenizer.chat_template_for(tools=True))
+        await constrain_tools(engine, plan, fmt, params)
+        if fmt == "mistral":  # [TOOL_CALLS] is a special token in Mistral's tokenizers
+            params.skip_special_tokens = False
     response_id = f"chatcmpl-{uuid.uuid4().hex}"
     handles = await submit(
         async_engine, response_id, [token_ids], params, tenant=tenant, prompt_param="messages"
@@ -83,9 +98,9 @@ async def create_chat_completion(
     header = _Header(response_id, int(time.time()), worker.settings.served_model_name)
     if request.stream:
         include_usage = request.stream_options is not None and request.stream_options.include_usage
-        return _stream(header, handles, request.n, engine.tokenizer, include_usage)
+        return _stream(header, handles, request.n, engine.tokenizer, include_usage, fmt, max_calls)
     outputs = await unless_disconnected(receive, final_outputs(handles))
-    return msgspec.json.encode(_completion(header, outputs[0], engine.tokenizer))
+    return msgspec.json.encode(_completion(header, outputs[0], engine.tokenizer, fmt, max_calls))
 
 
 def chat_prompt_token_ids(
@@ -94,6 +109,7 @@ def chat_prompt_token_ids(
     *,
     add_generation_prompt: bool,
     template_kwargs: dict[str, Any] | None,
+    tools: list[dict[str, Any]] | None = None,
 ) -> list[int]:
     conversation = []
     for i, message in enumerate(messages):
@@ -106,10 +122,14 @@ def chat_prompt_token_ids(
         entry: dict[str, Any] = {"role": message.role, "content": _text_of(message, i)}
         if message.name is not None:
             entry["name"] = message.name
+        template_message(message, i, entry)
         conversation.append(entry)
     try:
         text = tokenizer.apply_chat_template(
-            conversation, add_generation_prompt=add_generation_prompt, **(template_kwargs or {})
+            conversation,
+            add_generation_prompt=add_generation_prompt,
+            tools=tools,
+            **(template_kwargs or {}),
         )
     except (ValueError, TypeError, jinja2.TemplateError) as exc:
         why = f"the chat template could not render these messages: {exc}"
@@ -142,19 +162,36 @@ class _Header(msgspec.Struct):
     model: str
 
 
-def _completion(header: _Header, output: RequestOutput, tokenizer: Any) -> ChatCompletion:
-    choices = [
-        ChatChoice(
-            index=sample.index,
-            message=ChatResponseMessage(role="assistant", content=sample.text),
-            logprobs=(
-                None if sample.logprobs is None else chat_logprobs(tokenizer, sample.logprobs)
-            ),
-            finish_reason=sample.finish_reason,
-            stop_reason=sample.stop_reason,
+def _completion(
+    header: _Header,
+    output: RequestOutput,
+    tokenizer: Any,
+    fmt: ToolFormat | None,
+    max_calls: int | None,
+) -> ChatCompletion:
+    choices = []
+    for sample in output.outputs:
+        message = ChatResponseMessage(role="assistant", content=sample.text)
+        finish_reason = sample.finish_reason
+        if fmt is not None:
+            parsed = parse(sample.text, fmt, max_calls)
+            if parsed.calls:
+                message.content = parsed.content
+                message.tool_calls = [
+                    ToolCall(id=new_call_id(), function=FunctionCall(c.name, c.arguments))
+                    for c in parsed.calls
+                ]
+                finish_reason = _tool_finish(finish_reason)
+        logprobs = None if sample.logprobs is None else chat_logprobs(tokenizer, sample.logprobs)
+        choices.append(
+            ChatChoice(
+                index=sample.index,
+                message=message,
+                logprobs=logprobs,
+                finish_reason=finish_reason,
+                stop_reason=sample.stop_reason,
+            )
         )
-        for sample in output.outputs
-    ]
     return ChatCompletion(
         id=header.id,
         created=header.created,
@@ -170,9 +207,14 @@ async def _stream(
     n: int,
     tokenizer: Any,
     include_usage: bool,
+    fmt: ToolFormat | None = None,
+    max_calls: int | None = None,
 ) -> AsyncIterator[bytes]:
     usage_field = None if include_usage else UNSET
     cursor = StreamCursor()
+    streamers = {}
+    if fmt is not None:
+        streamers = {index: ToolStreamer(fmt, max_calls) for index in range(n)}
     latest: RequestOutput | None = None
 
     def chunk(choices: list[ChatChunkChoice], usage: Any = usage_field) -> bytes:
@@ -207,10 +249,22 @@ async def _stream(
                     delta = cursor.advance(sample.index, sample)
                     if delta is None:
                         continue
-                    if delta.text or delta.logprobs:
-                        logprobs = None
-                        if delta.logprobs is not None:
-                            logprobs = chat_logprobs(tokenizer, delta.logprobs)
+                    logprobs = None
+                    if delta.logprobs is not None:
+                        logprobs = chat_logprobs(tokenizer, delta.logprobs)
+                    streamer = streamers.get(sample.index)
+                    if streamer is not None:
+                        events = streamer.feed(delta.text)
+                        if delta.finish_reason is not None:
+                            events += streamer.finish()
+                        choices = [_tool_chunk(sample.index, event) for event in events]
+                        if logprobs is not None and delta.logprobs:  # whatever they wrote
+                            if not choices:
+                                choices.append(ChatChunkChoice(sample.index, ChatDelta()))
+                            choices[0].logprobs = logprobs
+                        for choice in choices:
+                            yield chunk([choice])
+                    elif delta.text or delta.logprobs:
                         choice = ChatChunkChoice(
                             index=sample.index,
                             delta=ChatDelta(content=delta.text),
@@ -218,7 +272,10 @@ async def _stream(
                         )
                         yield chunk([choice])
                     if delta.finish_reason is not None:
-                        yield finish(sample.index, delta.finish_reason, delta.stop_reason)
+                        reason = delta.finish_reason
+                        if streamer is not None and streamer.num_calls and reason == "stop":
+                            reason = "tool_calls"
+                        yield finish(sample.index, reason, delta.stop_reason)
     except RequestAborted:
         for index in range(n):
             if index not in cursor.finished:
@@ -230,3 +287,14 @@ async def _stream(
     if include_usage and latest is not None:
         yield chunk([], usage_of([latest]))
     yield streaming.DONE
+
+
+def _tool_finish(reason: str | None) -> str | None:
+    """ "tool_calls" when the model stopped after its calls; a cut ("length") stays one."""
+    return "tool_calls" if reason == "stop" else reason
+
+
+def _tool_chunk(index: int, event: str | ToolCallDelta) -> ChatChunkChoice:
+    if isinstance(event, str):
+        return ChatChunkChoice(index=index, delta=ChatDelta(content=event))
+    return ChatChunkChoice(index=index, delta=ChatDelta(tool_calls=[event]))

@@ -100,10 +100,51 @@ class ContentPart(Struct):
     text: str
 
 
+class FunctionCall(Struct):
+    name: str
+    arguments: str  # JSON text, as OpenAI sends it
+
+
+class ToolCall(Struct, kw_only=True):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class ChatMessage(Struct):
     role: Role
     content: str | list[ContentPart] | None = None
     name: str | None = None
+    tool_calls: list[ToolCall] | None = None  # on assistant messages
+    tool_call_id: str | None = None  # on tool messages
+
+
+# OpenAI's rule for function names.
+FunctionName = Annotated[str, msgspec.Meta(pattern=r"^[a-zA-Z0-9_-]{1,64}$")]
+
+
+class FunctionDefinition(Struct, kw_only=True, forbid_unknown_fields=True):
+    name: FunctionName
+    description: str | None = None
+    parameters: dict[str, Any] | None = None  # a JSON schema; checked in tools.py
+    strict: bool | None = None
+
+
+class Tool(Struct, kw_only=True, forbid_unknown_fields=True):
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
+class NamedFunction(Struct, forbid_unknown_fields=True):
+    name: str
+
+
+class NamedToolChoice(Struct, kw_only=True, forbid_unknown_fields=True):
+    type: Literal["function"]
+    function: NamedFunction
+
+
+ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
 
 
 class ChatCompletionRequest(SamplingFields, kw_only=True, forbid_unknown_fields=True):
@@ -113,17 +154,19 @@ class ChatCompletionRequest(SamplingFields, kw_only=True, forbid_unknown_fields=
     top_logprobs: int | None = None
     add_generation_prompt: bool = True
     chat_template_kwargs: dict[str, Any] | None = None
-    tools: Any = None
-    tool_choice: Any = None
+    tools: list[Tool] | None = None
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool = True
+    # OpenAI's deprecated function calling: rejected by name (use tools).
     functions: Any = None
     function_call: Any = None
-    parallel_tool_calls: Any = None
 
 
 class TokenizeRequest(Struct, kw_only=True, forbid_unknown_fields=True):
     model: str | None = None
     prompt: str | None = None
     messages: list[ChatMessage] | None = None
+    tools: list[Tool] | None = None  # with messages: rendered as a chat with them renders
     add_special_tokens: bool = True
     add_generation_prompt: bool = True
 
@@ -184,9 +227,9 @@ class CompletionLogprobs(Struct):
 
 class ChatResponseMessage(Struct):
     role: str
-    content: str
+    content: str | None  # None when the reply is only tool calls
     refusal: None = None
-    tool_calls: list[Any] = msgspec.field(default_factory=list)
+    tool_calls: list[ToolCall] = msgspec.field(default_factory=list)
 
 
 class ChatChoice(Struct):
@@ -207,10 +250,26 @@ class ChatCompletion(Struct, kw_only=True):
     usage: Usage
 
 
+class FunctionCallDelta(Struct):
+    name: str | UnsetType = UNSET
+    arguments: str = ""
+
+
+class ToolCallDelta(Struct, kw_only=True):
+    """The first delta of a call carries its id, type and name; later ones append to
+    function.arguments."""
+
+    index: int
+    id: str | UnsetType = UNSET
+    type: Literal["function"] | UnsetType = UNSET
+    function: FunctionCallDelta
+
+
 class ChatDelta(Struct):
     # UNSET fields are left out of the JSON, as OpenAI leaves them out of a delta.
     role: str | UnsetType = UNSET
     content: str | UnsetType = UNSET
+    tool_calls: list[ToolCallDelta] | UnsetType = UNSET
 
 
 class ChatChunkChoice(Struct):

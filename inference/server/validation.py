@@ -88,11 +88,9 @@ def check_common(request: SamplingFields) -> None:
 
 def check_chat(request: ChatCompletionRequest) -> None:
     check_common(request)
-    for name in ("tools", "functions"):
+    for name in ("functions", "function_call"):
         if getattr(request, name) is not None:
-            raise unsupported(name, "is not supported yet")
-    if request.tool_choice not in (None, "none", "auto"):
-        raise unsupported("tool_choice", "is not supported yet")
+            raise unsupported(name, "is not supported (deprecated by OpenAI): use tools")
     if not request.messages:
         raise bad_param("messages", "messages must contain at least one message")
     if request.chat_template_kwargs is not None:

@@ -174,6 +174,11 @@ class Tokenizer:
     def chat_template(self) -> str | None:
         return _pick_chat_template(self._chat_template_source, has_tools=False)
 
+    def chat_template_for(self, *, tools: bool) -> str | None:
+        """The template a conversation with (or without) tools renders with: a checkpoint
+        may ship a named "tool_use" template beside its default one."""
+        return _pick_chat_template(self._chat_template_source, has_tools=tools)
+
     def _special_id(self, key: str) -> int | None:
         content = self.special_tokens.get(key)
         return None if content is None else self._backend.token_to_id(content)

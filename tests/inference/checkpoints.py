@@ -149,3 +149,20 @@ def make_checkpoint(
     (directory / "generation_config.json").write_text(json.dumps(generation_config, indent=2))
     _write_tokenizer(directory, config.vocab_size, config.max_position_embeddings)
     return directory
+
+
+def claim_token(directory: Path, text: str, *, special: bool) -> int:
+    """Give the id of the vocabulary's last merge to ``text`` as an added token (the tiny
+    vocabulary is full and the model's width fixed), as real tokenizers have their tool
+    markers: Mistral's [TOOL_CALLS] special, Qwen's <tool_call> not. Returns the id."""
+    path = directory / "tokenizer.json"
+    document = json.loads(path.read_text())
+    model = document["model"]
+    left, right = model["merges"].pop()
+    token_id = int(model["vocab"].pop(left + right))
+    document["added_tokens"].append(
+        {"id": token_id, "content": text, "single_word": False, "lstrip": False,
+         "rstrip": False, "normalized": False, "special": special}
+    )  # fmt: skip
+    path.write_text(json.dumps(document))
+    return token_id

@@ -16,7 +16,7 @@ request is rewritten to its current version (docs/assistants.md, "Requests"):
   top_p, and max_tokens unless the client set max_completion_tokens;
 - its response template, when it has one, becomes a json_schema ``response_format``
   (structured outputs: the worker's answer is the template's JSON object), unless the
-  client asked for a shape of its own.
+  client asked for a shape of its own or offers tools (their calls are its shape).
 
 The rewritten body is parsed again, so the token estimate, the reservation, the allow-lists
 and the prefix-affinity key all see the request the worker gets.
@@ -80,8 +80,12 @@ def rewrite(request: ApiRequest, assistant: Resolved, pool: WorkerPool) -> ApiRe
             continue
         if body.get(name) is None:
             body[name] = value
-    if assistant.response_format is not None and all(
-        body.get(name) is None for name in CONSTRAINTS
+    # A client that offers tools asks for calls, which a response template would forbid.
+    offers_tools = body.get("tools") is not None and body.get("tool_choice") != "none"
+    if (
+        assistant.response_format is not None
+        and not offers_tools
+        and all(body.get(name) is None for name in CONSTRAINTS)
     ):
         body["response_format"] = dict(assistant.response_format)
     return parse_body("chat.completions", body)

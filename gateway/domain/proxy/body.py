@@ -43,7 +43,11 @@ class ApiRequest:
 
     def prompt_text(self) -> str:
         if self.endpoint == "chat.completions":
-            return "\n".join(_message_text(m) for m in self.body.get("messages", []))
+            texts = [_message_text(m) for m in self.body.get("messages", [])]
+            tools = self.body.get("tools")
+            if isinstance(tools, list) and self.body.get("tool_choice") != "none":
+                texts.append(msgspec.json.encode(tools).decode())  # the template renders them
+            return "\n".join(texts)
         return "\n".join(p if isinstance(p, str) else " " * len(p) * 4 for p in self.prompts)
 
     def prompt_estimates(self) -> list[int]:
@@ -158,6 +162,13 @@ def _check_messages(messages: Any) -> None:
 def _message_text(message: Any) -> str:
     if not isinstance(message, dict):
         return ""
+    calls = message.get("tool_calls")
+    if isinstance(calls, list) and calls:  # an assistant's calls are rendered as JSON
+        return msgspec.json.encode(calls).decode() + _content_text(message)
+    return _content_text(message)
+
+
+def _content_text(message: dict[str, Any]) -> str:
     content = message.get("content")
     if isinstance(content, str):
         return content

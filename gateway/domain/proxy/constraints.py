@@ -1,7 +1,9 @@
-"""Which structured-output constraint a request asks for, for the metrics.
+"""Which structured-output constraint, and which tool choice, a request asks for, for the
+metrics.
 
-The gateway forwards ``response_format`` and vLLM's ``guided_*`` fields unchanged (the
-worker validates and compiles them); it only names their kind, with the worker's names.
+The gateway forwards ``response_format``, vLLM's ``guided_*`` fields, ``tools``,
+``tool_choice`` and ``parallel_tool_calls`` unchanged (the worker validates and compiles
+them); it only names their kind, with the worker's names.
 """
 
 from __future__ import annotations
@@ -30,3 +32,16 @@ def constraint_kind(body: dict[str, Any]) -> str | None:
     if not kinds:
         return None
     return kinds[0] if len(kinds) == 1 else "several"
+
+
+def tool_choice_kind(body: dict[str, Any]) -> str | None:
+    """auto, none, required or named for a request that offers tools (a list); None
+    without tools. A tool_choice of the wrong shape is "invalid" (the worker refuses it)."""
+    if not isinstance(body.get("tools"), list):
+        return None
+    choice = body.get("tool_choice")
+    if choice is None:
+        return "auto"
+    if choice in ("auto", "none", "required"):
+        return str(choice)
+    return "named" if isinstance(choice, dict) else "invalid"

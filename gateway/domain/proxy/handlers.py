@@ -36,7 +36,7 @@ from gateway.domain.proxy.admission import (
 )
 from gateway.domain.proxy.asgi_io import ClientGone, read_body, send_bytes, send_error
 from gateway.domain.proxy.body import ApiRequest, parse
-from gateway.domain.proxy.constraints import constraint_kind
+from gateway.domain.proxy.constraints import constraint_kind, tool_choice_kind
 from gateway.domain.proxy.exchange import Ending, Exchange
 from gateway.domain.proxy.openai_errors import ApiError
 from gateway.domain.proxy.sse import Usage
@@ -161,6 +161,9 @@ async def serve_completion(scope: Scope, receive: Receive, send: Send, endpoint:
             kind = constraint_kind(request.body)
             if kind is not None:
                 traffic.metrics.constrained.labels(kind).inc()
+            tool_choice = tool_choice_kind(request.body)
+            if tool_choice is not None:
+                traffic.metrics.tool_requests.labels(tool_choice).inc()
             exchange.estimated_prompt_tokens = request.estimated_prompt_tokens()
             check_allowed(exchange.principal, request.model)
             upstream = await pick_through_swap(traffic.pool, request, traffic.swap_in_progress)

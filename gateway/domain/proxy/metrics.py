@@ -61,6 +61,12 @@ class GatewayMetrics:
             ["kind"],
             registry=reg,
         )
+        self.tool_requests = Counter(
+            f"{PREFIX}_tool_requests",
+            "Chat requests offering tools, by tool_choice (auto, none, required, named).",
+            ["tool_choice"],
+            registry=reg,
+        )
         self.upstream_healthy = Gauge(
             f"{PREFIX}_upstream_healthy",
             "1 while a worker passes its checks.",

@@ -90,6 +90,22 @@ class StreamTap:
                 piece = piece if piece is not None else choice.get("text")
                 if isinstance(piece, str):
                     self.text.append(piece)
+                if isinstance(delta, dict) and isinstance(delta.get("tool_calls"), list):
+                    self._keep_calls(delta["tool_calls"])
+
+    def _keep_calls(self, calls: list[Any]) -> None:
+        """Tool calls are the reply too: each kept as ``[tool_call NAME] ARGUMENTS`` on its
+        own line (the first delta names the call, the later ones carry its arguments)."""
+        for call in calls:
+            function = call.get("function") if isinstance(call, dict) else None
+            if not isinstance(function, dict):
+                continue
+            name = function.get("name")
+            if isinstance(name, str):
+                self.text.append(f"\n[tool_call {name}] ")
+            arguments = function.get("arguments")
+            if isinstance(arguments, str):
+                self.text.append(arguments)
 
 
 def _data(event: bytes) -> dict[str, Any]:

@@ -216,3 +216,20 @@ async def _id_of(gateway: ServedGateway, slug: str) -> Any:
 
     async with admin_tasks.transaction(gateway.settings) as db:
         return await db.scalar(select(Assistant.id).where(Assistant.slug == slug))
+
+
+def test_tools_offered_to_an_assistant_replace_its_response_template(
+    setup: tuple[ServedGateway, RecordingWorker, dict[str, str]],
+) -> None:
+    gateway, worker, keys = setup
+    client = _client(gateway, keys["quality"])
+    user: Any = {"role": "user", "content": "Look up batch 7."}
+    tools: Any = [{"type": "function", "function": {"name": "lookup"}}]
+    # The calls are the answer's shape: a json_schema response_format would forbid them.
+    client.chat.completions.create(model="qa-desk", messages=[user], tools=tools)
+    assert "response_format" not in worker.chats[-1] and worker.chats[-1]["tools"] == tools
+    # tool_choice none: no calls, so the template constrains the answer again.
+    client.chat.completions.create(
+        model="qa-desk", messages=[user], tools=tools, tool_choice="none"
+    )
+    assert worker.chats[-1]["response_format"]["json_schema"]["schema"] == TEMPLATE

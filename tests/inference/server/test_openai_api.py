@@ -234,7 +234,8 @@ def test_bad_requests_name_the_field(client: openai.OpenAI) -> None:
         ({"model": "no-such-model"}, "model"),
         ({"extra_body": {"frobnicate": 1}}, "frobnicate"),
         ({"top_p": 2.0}, "top_p"),
-        ({"extra_body": {"tools": [{"type": "function"}]}}, "tools"),
+        ({"extra_body": {"tools": [{"type": "function"}]}}, "tools[0]"),
+        ({"extra_body": {"tool_choice": "required"}}, "tool_choice"),
     ]
     for overrides, param in cases:
         kwargs = {"model": MODEL, "messages": MESSAGES, "max_tokens": 2, **overrides}

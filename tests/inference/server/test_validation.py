@@ -106,7 +106,7 @@ def test_structured_output_fields_are_read_and_checked() -> None:
         ({"stream_options": {"include_usage": True}}, "stream_options"),
         ({"top_logprobs": 3}, "top_logprobs"),
         ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
-        ({"tools": [{"type": "function"}]}, "tools"),
+        ({"functions": [{"name": "f"}]}, "functions"),
     ],
 )
 def test_chat_rules(fields: dict[str, object], param: str) -> None:
