@@ -25,6 +25,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from inference.bench.fp8_accuracy import add_arguments as add_fp8_accuracy
 
     add_fp8_accuracy(which.add_parser("fp8-accuracy", help="FP8 weights' predictions vs bf16"))
+    from inference.bench.startup import add_arguments as add_startup
+
+    add_startup(which.add_parser("startup", help="a worker's start-up time, phase by phase"))
     args = parser.parse_args(argv)
     try:
         return int(args.run(args))

@@ -34,6 +34,7 @@ from inference.parallel.group import TensorParallelGroup
 from inference.sampling.params import SamplingParams
 from inference.sampling.sampler import Sampler, make_generator, token_logprobs
 from inference.sampling.speculative import Verified, verify
+from inference.startup import phase
 from inference.text.tokenizer import Tokenizer
 
 log = logging.getLogger("inference.engine")
@@ -54,27 +55,32 @@ class LLMEngine:
         if self.device.type == "cpu":
             keep_freed_memory_for_reuse()
         # A GGUF file is opened once: its metadata gives the tokenizer, its tensors the model.
-        gguf = read_gguf(config.model) if config.model.endswith(".gguf") else None
+        gguf = None
+        if config.model.endswith(".gguf"):
+            with phase("gguf_metadata"):
+                gguf = read_gguf(config.model)
         if config.tensor_parallel_size > 1:
             self.tp = TensorParallelGroup.start(config, self.device, gguf)
             self.model, self.arch = self.tp.loaded_model()
         else:
-            self.model, self.arch = load_model(
-                config.model,
-                dtype=config.dtype,
-                device=self.device,
-                progress=config.progress,
-                gguf=gguf,
-                quantization=config.quantization,
-            )
+            with phase("weights"):
+                self.model, self.arch = load_model(
+                    config.model,
+                    dtype=config.dtype,
+                    device=self.device,
+                    progress=config.progress,
+                    gguf=gguf,
+                    quantization=config.quantization,
+                )
         self.dtype = self.model.dtype
         self.kv_dtype = FP8_KV_DTYPE if config.kv_cache_dtype == "fp8" else self.dtype
-        if gguf is not None and config.tokenizer is None:
-            self.tokenizer = Tokenizer.from_parts(
-                gguf.tokenizer, gguf.tokenizer_config, gguf.generation_config
-            )
-        else:
-            self.tokenizer = load_tokenizer(config.tokenizer or config.model)
+        with phase("tokenizer"):
+            if gguf is not None and config.tokenizer is None:
+                self.tokenizer = Tokenizer.from_parts(
+                    gguf.tokenizer, gguf.tokenizer_config, gguf.generation_config
+                )
+            else:
+                self.tokenizer = load_tokenizer(config.tokenizer or config.model)
         self.eos_token_ids = self.tokenizer.eos_token_ids
         self.max_model_len = _max_model_len(config.max_model_len, self.arch)
         # A draft model (speculative="draft") is loaded before the KV pools are sized.

@@ -21,6 +21,8 @@ from typing import Any
 
 import torch  # noqa: F401  (loads torch's OpenMP runtime before the kernels need one)
 
+from inference.startup import phase
+
 log = logging.getLogger("inference.kernels")
 
 HERE = Path(__file__).parent
@@ -75,6 +77,11 @@ def load_library(name: str, extra_flags: tuple[str, ...] = ()) -> ctypes.CDLL:
     ``extra_flags`` go after the default ones (tests build the portable path with
     ``("-mno-avx512f",)``).
     """
+    with phase("kernels"):
+        return _build_and_load(name, extra_flags)
+
+
+def _build_and_load(name: str, extra_flags: tuple[str, ...]) -> ctypes.CDLL:
     source = HERE / f"{name}.c"
     compiler = shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
