@@ -16,6 +16,7 @@ from inference.engine.cuda_graphs import make_decode_graphs
 from inference.engine.scheduler_output import SchedulerOutput
 from inference.engine.step_inputs import StepInputs, prepare_step
 from inference.kernels.attention import KVCache
+from inference.kernels.kv_cache import zeroed_pool
 from inference.kernels.profile import choose_device_profile
 from inference.model.arch import ArchConfig
 from inference.model.llama import LlamaForCausalLM
@@ -65,8 +66,8 @@ class ModelRunner:
         with phase("kv_cache"):
             self.kv_caches: list[KVCache] = [
                 KVCache(
-                    torch.zeros(shape, dtype=kv_dtype, device=device),
-                    torch.zeros(shape, dtype=kv_dtype, device=device),
+                    zeroed_pool(shape, kv_dtype, device),
+                    zeroed_pool(shape, kv_dtype, device),
                     k_scale=k_scale,
                     v_scale=v_scale,
                 )

@@ -15,6 +15,9 @@ cache it is handed and the attention interface stays as it was.
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import torch
 
 FP8_KV_DTYPE = torch.float8_e4m3fn
@@ -70,3 +73,21 @@ def to_cache_dtype(x: torch.Tensor, pool_dtype: torch.dtype, scale: float) -> to
     if scale != 1.0:  # in float32: a bf16 quotient would round twice on its way to e4m3
         x = x.float() / scale
     return x.clamp(-FP8_MAX, FP8_MAX).to(FP8_KV_DTYPE)
+
+
+def zeroed_pool(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A zero-filled KV pool, costing nothing up front on a CPU.
+
+    ``torch.zeros`` writes every byte of a pool of gigabytes at start-up (seconds on a small
+    machine, for memory most of which a short conversation never touches). A large
+    ``calloc`` (numpy's zeros) maps fresh pages instead, which the kernel hands out
+    already zeroed as they are first written, so the pool reads as zeros all the same.
+    The start is 64-byte aligned, as torch's own allocations are.
+    """
+    if device.type != "cpu":
+        return torch.zeros(shape, dtype=dtype, device=device)
+    element = torch.empty((), dtype=dtype).element_size()
+    nbytes = math.prod(shape) * element
+    raw = np.zeros(nbytes + 64, dtype=np.uint8)
+    offset = -raw.ctypes.data % 64
+    return torch.from_numpy(raw[offset : offset + nbytes]).view(dtype).view(shape)

@@ -15,6 +15,8 @@ from typing import Any
 
 import uvicorn
 
+from inference.cache_dir import ENV as CACHE_ENV
+from inference.cache_dir import default_cache_dir
 from inference.secret_env import secret_from_env
 
 log = logging.getLogger("inference.server")
@@ -185,8 +187,6 @@ def engine_config_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 def cache_dir_of(args: argparse.Namespace) -> str | None:
     """The start-up caches' folder (inference/cache_dir.py); None: off."""
-    from inference.cache_dir import default_cache_dir
-
     if args.no_cache:
         return None
     if args.cache_dir:
@@ -247,6 +247,9 @@ def run(args: argparse.Namespace) -> int:
         raise FileNotFoundError(f"--model {args.model}: no such file or directory")
     settings = settings_from(args)
     config = EngineConfig(**engine_config_kwargs(args))
+    # The kernel cache (and tensor-parallel ranks, which inherit the environment) follow
+    # the worker's choice of cache folder.
+    os.environ[CACHE_ENV] = config.cache_dir or "off"
     if config.draft_model is not None:  # a draft with another tokenizer: refused here
         from inference.engine.draft_model import check_draft_tokenizer
 
