@@ -218,6 +218,8 @@ def run(args: argparse.Namespace) -> int:
         "cpu": cpu_model(),
         "cpus": os.cpu_count(),
         "worker_args": args.worker_arg,
+        # Other work on the machine slows every phase: the 1-minute load average at the start.
+        "load_average": round(os.getloadavg()[0], 2),
         "runs": {},
     }
     try:

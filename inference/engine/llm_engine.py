@@ -15,6 +15,7 @@ from inference.config import CacheConfig, SchedulerConfig
 from inference.engine.draft_model import load_draft_model
 from inference.engine.engine_config import EngineConfig
 from inference.engine.malloc_tuning import keep_freed_memory_for_reuse
+from inference.engine.model_loading import load_engine_model
 from inference.engine.model_runner import ModelRunner
 from inference.engine.prefix_pins import Pin
 from inference.engine.request_state import RequestState, SampleState, new_request_state
@@ -27,10 +28,8 @@ from inference.grammar.step import advance, constrained_rows
 from inference.grammar.tokenizer import ll_tokenizer
 from inference.kernels.kv_cache import FP8_KV_DTYPE
 from inference.model.arch import ArchConfig
-from inference.model.loader import checkpoint_kv_scales, load_model, num_kv_cache_bytes_per_token
-from inference.model.loader.gguf import GGUFCheckpoint, read_gguf
-from inference.model.loader.gguf_cache import load_gguf
-from inference.model.quant import quantize_model_fp8
+from inference.model.loader import checkpoint_kv_scales, num_kv_cache_bytes_per_token
+from inference.model.loader.gguf import read_gguf
 from inference.outputs import RequestOutput
 from inference.parallel.group import TensorParallelGroup
 from inference.sampling.params import SamplingParams
@@ -56,7 +55,8 @@ class LLMEngine:
         self.device = _pick_device(config.device)
         if self.device.type == "cpu":
             keep_freed_memory_for_reuse()
-        gguf = self._load_model(config)
+        loaded = load_engine_model(config, self.device)
+        self.model, self.arch, self.tp, gguf = loaded.model, loaded.arch, loaded.tp, loaded.gguf
         self.dtype = self.model.dtype
         self.kv_dtype = FP8_KV_DTYPE if config.kv_cache_dtype == "fp8" else self.dtype
         with phase("tokenizer"):
@@ -124,42 +124,6 @@ class LLMEngine:
             " with fp8 linears" if self.model_is_fp8 else "",
             self.device,
         )
-
-    def _load_model(self, config: EngineConfig) -> GGUFCheckpoint | None:
-        """Set ``model`` and ``arch``; the GGUF file's parts (its tokenizer), if it is one."""
-        is_gguf = config.model.endswith(".gguf")
-        if is_gguf and config.cache_dir is not None and config.tensor_parallel_size == 1:
-            # Through the start-up cache of prepared weights (filled on a miss).
-            prepared = load_gguf(
-                Path(config.model),
-                Path(config.cache_dir),
-                dtype=config.dtype,
-                device=self.device,
-                progress=config.progress,
-            )
-            self.model, self.arch = prepared.model, prepared.arch
-            if config.quantization == "fp8":
-                quantize_model_fp8(self.model)
-            return prepared.checkpoint
-        # A GGUF file is opened once: its metadata gives the tokenizer, its tensors the model.
-        gguf = None
-        if is_gguf:
-            with phase("gguf_metadata"):
-                gguf = read_gguf(config.model)
-        if config.tensor_parallel_size > 1:
-            self.tp = TensorParallelGroup.start(config, self.device, gguf)
-            self.model, self.arch = self.tp.loaded_model()
-            return gguf
-        with phase("weights"):
-            self.model, self.arch = load_model(
-                config.model,
-                dtype=config.dtype,
-                device=self.device,
-                progress=config.progress,
-                gguf=gguf,
-                quantization=config.quantization,
-            )
-        return gguf
 
     @property
     def kv_capacity_tokens(self) -> int:
