@@ -26,6 +26,7 @@ from inference.grammar.compiler import GrammarCompiler
 from inference.grammar.masks import MaskFiller
 from inference.grammar.step import advance, constrained_rows
 from inference.grammar.tokenizer import ll_tokenizer
+from inference.kernels.cpu.build import prebuild_in_background
 from inference.kernels.kv_cache import FP8_KV_DTYPE
 from inference.model.arch import ArchConfig
 from inference.model.loader import checkpoint_kv_scales, num_kv_cache_bytes_per_token
@@ -55,6 +56,8 @@ class LLMEngine:
         self.device = _pick_device(config.device)
         if self.device.type == "cpu":
             keep_freed_memory_for_reuse()
+            if config.attention_backend in ("auto", "cpu"):
+                prebuild_in_background()  # the compiler runs beside the weights' loading
         loaded = load_engine_model(config, self.device)
         self.model, self.arch, self.tp, gguf = loaded.model, loaded.arch, loaded.tp, loaded.gguf
         self.dtype = self.model.dtype

@@ -16,8 +16,8 @@ cache it is handed and the attention interface stays as it was.
 from __future__ import annotations
 
 import math
+import mmap
 
-import numpy as np
 import torch
 
 FP8_KV_DTYPE = torch.float8_e4m3fn
@@ -79,15 +79,21 @@ def zeroed_pool(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device
     """A zero-filled KV pool, costing nothing up front on a CPU.
 
     ``torch.zeros`` writes every byte of a pool of gigabytes at start-up (seconds on a small
-    machine, for memory most of which a short conversation never touches). A large
-    ``calloc`` (numpy's zeros) maps fresh pages instead, which the kernel hands out
-    already zeroed as they are first written, so the pool reads as zeros all the same.
-    The start is 64-byte aligned, as torch's own allocations are.
+    machine, for memory most of which a short conversation never touches). A private
+    anonymous mapping instead gets pages the kernel hands out already zeroed as they are
+    first written, so the pool reads as zeros all the same. (Not ``calloc``: below glibc's
+    mmap threshold, in a thread's arena, it clears every byte too.) Page-aligned; the
+    mapping is released with the tensor.
     """
     if device.type != "cpu":
         return torch.zeros(shape, dtype=dtype, device=device)
     element = torch.empty((), dtype=dtype).element_size()
     nbytes = math.prod(shape) * element
-    raw = np.zeros(nbytes + 64, dtype=np.uint8)
-    offset = -raw.ctypes.data % 64
-    return torch.from_numpy(raw[offset : offset + nbytes]).view(dtype).view(shape)
+    mapping = mmap.mmap(
+        -1,
+        nbytes,
+        flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS,
+        prot=mmap.PROT_READ | mmap.PROT_WRITE,
+    )
+    # frombuffer keeps a reference to the mapping for as long as the tensor lives.
+    return torch.frombuffer(mapping, dtype=torch.uint8).view(dtype).view(shape)

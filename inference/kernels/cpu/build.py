@@ -27,6 +27,7 @@ import platform
 import shutil
 import subprocess
 import tempfile
+import threading
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -83,15 +84,48 @@ class KernelBuildError(RuntimeError):
     """No C compiler, or the kernel source did not compile."""
 
 
-@cache
 def load_library(name: str, extra_flags: tuple[str, ...] = ()) -> ctypes.CDLL:
-    """``name``.c compiled and loaded; raises KernelBuildError if it cannot be built here.
+    """``name``.c compiled and loaded (once per process); raises KernelBuildError if it
+    cannot be built here.
 
     ``extra_flags`` go after the default ones (tests build the portable path with
     ``("-mno-avx512f",)``).
     """
-    with phase("kernels"):
-        return _build_and_load(name, extra_flags)
+    return _load_once(name, extra_flags, "kernels")
+
+
+def prebuild_in_background() -> threading.Thread:
+    """Start building (or loading from the cache) every kernel in a thread, at the start of
+    a model's load: the compiler then runs on another core while Python parses and
+    dequantizes the weights, and `load_library` later finds them ready. A failure here is
+    left for `load_library` to raise where it is handled."""
+
+    def build_all() -> None:
+        for name in SIGNATURES:
+            try:
+                _load_once(name, (), "kernels_background")
+            except KernelBuildError:
+                return
+
+    thread = threading.Thread(target=build_all, name="kernel-prebuild", daemon=True)
+    thread.start()
+    return thread
+
+
+_loaded: dict[tuple[str, tuple[str, ...]], ctypes.CDLL] = {}
+_loading = threading.Lock()  # one build at a time: a second asker waits for the first
+
+
+def _load_once(name: str, extra_flags: tuple[str, ...], phase_name: str) -> ctypes.CDLL:
+    key = (name, extra_flags)
+    lib = _loaded.get(key)
+    if lib is not None:
+        return lib
+    with phase(phase_name), _loading:
+        lib = _loaded.get(key)
+        if lib is None:
+            lib = _loaded[key] = _build_and_load(name, extra_flags)
+    return lib
 
 
 def _build_and_load(name: str, extra_flags: tuple[str, ...]) -> ctypes.CDLL:

@@ -81,3 +81,28 @@ def test_the_key_follows_source_flags_and_compiler(tmp_path: Path) -> None:
     assert key != build_key("/nonexistent/cc", flags, source)
     source.write_text("int f(void) { return 2; }\n")
     assert key != build_key("/usr/bin/cc", flags, source)
+
+
+PREBUILD = (
+    "import logging, sys; logging.basicConfig(level='INFO', stream=sys.stdout);"
+    "from inference.kernels.cpu import build;"
+    "build.prebuild_in_background().join();"
+    "assert sorted(name for name, _ in build._loaded) == sorted(build.SIGNATURES);"
+    "assert build.load_library('layers') is build._loaded['layers', ()];"
+    "print('ok')"
+)
+
+
+def test_prebuilding_in_the_background_leaves_every_kernel_loaded(tmp_path: Path) -> None:
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": str(REPO_ROOT),
+        "INFERENCE_CACHE_DIR": str(tmp_path),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", PREBUILD], env=env, cwd=REPO_ROOT, text=True,
+        capture_output=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0 and done.stdout.endswith("ok\n"), done.stdout + done.stderr
+    assert "start-up: kernels_background took" in done.stdout
+    assert len(list((tmp_path / "kernels").glob("*.so"))) == len(build.SIGNATURES)
