@@ -31,7 +31,10 @@ def default_cache_dir(environ: Mapping[str, str] = os.environ) -> Path | None:
 
 
 def private_subdir(cache_dir: Path, name: str) -> Path:
-    """``cache_dir/name``, created 0700 (the cache holds a copy of the model's weights)."""
+    """``cache_dir/name``, both created 0700 if missing (the cache holds a copy of the
+    model's weights; and the gateway would otherwise tighten its data directory's
+    ``cache`` with a warning at its next start)."""
+    cache_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     path = cache_dir / name
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.mkdir(mode=0o700, exist_ok=True)
     return path

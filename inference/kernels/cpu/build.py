@@ -34,7 +34,7 @@ from typing import Any
 
 import torch  # noqa: F401  (loads torch's OpenMP runtime before the kernels need one)
 
-from inference.cache_dir import default_cache_dir
+from inference.cache_dir import default_cache_dir, private_subdir
 from inference.startup import phase
 
 log = logging.getLogger("inference.kernels")
@@ -209,7 +209,7 @@ def _usable_cache_dir() -> Path | None:
     if path is None:
         return None
     try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path = private_subdir(path.parent, path.name)
     except OSError as error:
         log.warning(
             "the kernel cache %s cannot be used (%s): building in a temporary one", path, error

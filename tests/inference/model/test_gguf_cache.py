@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -67,7 +68,10 @@ def test_a_hit_generates_what_a_cold_load_does_without_reading_the_gguf(
     cold_tokens, cold_logprobs, cold = _run(model, None)
     cache_dir = tmp_path / "cache"
     _, _, filling = _run(model, cache_dir)
-    assert _the_file(cache_dir, model).is_file()
+    cached = _the_file(cache_dir, model)
+    assert stat.S_IMODE(cached.stat().st_mode) == 0o600  # a copy of the model's weights
+    modes = [stat.S_IMODE(d.stat().st_mode) for d in (cache_dir, cached.parent)]
+    assert modes == [0o700, 0o700]
     del filling
     _forbid_reading_gguf(monkeypatch)
     with caplog.at_level(logging.INFO, logger="inference.loader"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -38,6 +39,7 @@ def test_two_processes_building_at_once_leave_one_whole_library(tmp_path: Path) 
     outputs = [process.communicate(timeout=300)[0] for process in (first, second)]
     assert [first.returncode, second.returncode] == [0, 0], outputs
     kernels = cache_dir / "kernels"
+    assert [stat.S_IMODE(d.stat().st_mode) for d in (cache_dir, kernels)] == [0o700, 0o700]
     (library,) = kernels.iterdir()  # no temporary directory or file left behind
     assert library.name.startswith("paged_decode-") and library.suffix == ".so"
     assert library.read_bytes()[:4] == b"\x7fELF"
