@@ -161,3 +161,17 @@ def test_no_cache_dir_writes_nothing_and_a_full_disk_skips_the_write(
         _run(model, tmp_path / "cache")
     assert "not caching the prepared weights" in caplog.text
     assert list((tmp_path / "cache" / "weights").iterdir()) == []
+
+
+def test_a_cache_folder_that_cannot_be_made_is_skipped_with_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    model = _write(tmp_path / "tiny.gguf", seed=3)
+    expected, _, _ = _run(model, None)
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder")
+    monkeypatch.setenv("INFERENCE_CACHE_DIR", str(blocked / "cache"))  # the kernels' too
+    with caplog.at_level(logging.INFO):
+        tokens, _, _ = _run(model, blocked / "cache")
+    assert tokens == expected
+    assert "could not cache the prepared weights" in caplog.text
