@@ -24,6 +24,7 @@ def embedded_supervisor(settings: Settings) -> WorkerSupervisor:
         embedded_worker_token(settings),
         log_dir=settings.data_dir,
         extra_env_names=settings.worker_env_names,
+        cache_dir=(settings.data_dir / "cache").resolve(),
     )
 
 

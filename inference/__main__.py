@@ -28,6 +28,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from inference.bench.profile import add_arguments as add_profile
 
     add_profile(which.add_parser("profile", help="where a step's time goes, beside the bound"))
+
+    from inference.bench.startup import add_arguments as add_startup
+
+    add_startup(which.add_parser("startup", help="a worker's start-up time, phase by phase"))
     args = parser.parse_args(argv)
     try:
         return int(args.run(args))

@@ -68,6 +68,9 @@ class EngineConfig:
     step_time_budget_ms: float | None = None  # None: the token budget alone
     draft_model: str | None = None  # with speculative="draft": HF directory or .gguf file
     draft_kv_cache_fraction: float = 1.0  # the draft pool's tokens, of the target pool's
+    # The start-up caches' folder (inference/cache_dir.py): a GGUF's prepared weights and
+    # the compiled C kernels; None: neither is read or written.
+    cache_dir: str | None = None
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:

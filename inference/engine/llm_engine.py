@@ -15,6 +15,7 @@ from inference.config import CacheConfig, SchedulerConfig
 from inference.engine.draft_model import load_draft_model
 from inference.engine.engine_config import EngineConfig
 from inference.engine.malloc_tuning import keep_freed_memory_for_reuse
+from inference.engine.model_loading import load_engine_model
 from inference.engine.model_runner import ModelRunner
 from inference.engine.prefix_pins import Pin
 from inference.engine.request_state import RequestState, SampleState, new_request_state
@@ -25,15 +26,17 @@ from inference.grammar.compiler import GrammarCompiler
 from inference.grammar.masks import MaskFiller
 from inference.grammar.step import advance, constrained_rows
 from inference.grammar.tokenizer import ll_tokenizer
+from inference.kernels.cpu.build import prebuild_in_background
 from inference.kernels.kv_cache import FP8_KV_DTYPE
 from inference.model.arch import ArchConfig
-from inference.model.loader import checkpoint_kv_scales, load_model, num_kv_cache_bytes_per_token
+from inference.model.loader import checkpoint_kv_scales, num_kv_cache_bytes_per_token
 from inference.model.loader.gguf import read_gguf
 from inference.outputs import RequestOutput
 from inference.parallel.group import TensorParallelGroup
 from inference.sampling.params import SamplingParams
 from inference.sampling.sampler import Sampler, make_generator, token_logprobs
 from inference.sampling.speculative import Verified, verify
+from inference.startup import phase
 from inference.text.tokenizer import Tokenizer
 
 log = logging.getLogger("inference.engine")
@@ -53,28 +56,19 @@ class LLMEngine:
         self.device = _pick_device(config.device)
         if self.device.type == "cpu":
             keep_freed_memory_for_reuse()
-        # A GGUF file is opened once: its metadata gives the tokenizer, its tensors the model.
-        gguf = read_gguf(config.model) if config.model.endswith(".gguf") else None
-        if config.tensor_parallel_size > 1:
-            self.tp = TensorParallelGroup.start(config, self.device, gguf)
-            self.model, self.arch = self.tp.loaded_model()
-        else:
-            self.model, self.arch = load_model(
-                config.model,
-                dtype=config.dtype,
-                device=self.device,
-                progress=config.progress,
-                gguf=gguf,
-                quantization=config.quantization,
-            )
+            if config.attention_backend in ("auto", "cpu"):
+                prebuild_in_background()  # the compiler runs beside the weights' loading
+        loaded = load_engine_model(config, self.device)
+        self.model, self.arch, self.tp, gguf = loaded.model, loaded.arch, loaded.tp, loaded.gguf
         self.dtype = self.model.dtype
         self.kv_dtype = FP8_KV_DTYPE if config.kv_cache_dtype == "fp8" else self.dtype
-        if gguf is not None and config.tokenizer is None:
-            self.tokenizer = Tokenizer.from_parts(
-                gguf.tokenizer, gguf.tokenizer_config, gguf.generation_config
-            )
-        else:
-            self.tokenizer = load_tokenizer(config.tokenizer or config.model)
+        with phase("tokenizer"):
+            if gguf is not None and config.tokenizer is None:
+                self.tokenizer = Tokenizer.from_parts(
+                    gguf.tokenizer, gguf.tokenizer_config, gguf.generation_config
+                )
+            else:
+                self.tokenizer = load_tokenizer(config.tokenizer or config.model)
         self.eos_token_ids = self.tokenizer.eos_token_ids
         self.max_model_len = _max_model_len(config.max_model_len, self.arch)
         # A draft model (speculative="draft") is loaded before the KV pools are sized.

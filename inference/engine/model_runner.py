@@ -16,9 +16,11 @@ from inference.engine.cuda_graphs import make_decode_graphs
 from inference.engine.scheduler_output import SchedulerOutput
 from inference.engine.step_inputs import StepInputs, prepare_step
 from inference.kernels.attention import KVCache
+from inference.kernels.kv_cache import zeroed_pool
 from inference.kernels.profile import choose_device_profile
 from inference.model.arch import ArchConfig
 from inference.model.llama import LlamaForCausalLM
+from inference.startup import phase
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,31 +63,35 @@ class ModelRunner:
         scales = kv_scales or [(1.0, 1.0)] * arch.num_layers
         if len(scales) != arch.num_layers:
             raise ValueError(f"need KV scales for {arch.num_layers} layers, got {len(scales)}")
-        self.kv_caches: list[KVCache] = [
-            KVCache(
-                torch.zeros(shape, dtype=kv_dtype, device=device),
-                torch.zeros(shape, dtype=kv_dtype, device=device),
-                k_scale=k_scale,
-                v_scale=v_scale,
-            )
-            for k_scale, v_scale in scales
-        ]
+        with phase("kv_cache"):
+            self.kv_caches: list[KVCache] = [
+                KVCache(
+                    zeroed_pool(shape, kv_dtype, device),
+                    zeroed_pool(shape, kv_dtype, device),
+                    k_scale=k_scale,
+                    v_scale=v_scale,
+                )
+                for k_scale, v_scale in scales
+            ]
         if device.type == "cpu":
-            model.prepack_for_cpu(batch_hint=max_num_seqs)  # decode steps' rows
+            with phase("prepack"):
+                model.prepack_for_cpu(batch_hint=max_num_seqs)  # decode steps' rows
         # Every device-dependent choice, made (and probed) once, then swapped into the model.
-        self.profile = choose_device_profile(attention_backend, device, model.dtype)
+        with phase("device_profile"):
+            self.profile = choose_device_profile(attention_backend, device, model.dtype)
         self.attention_backend = self.profile.attention
         model.use_device_profile(self.profile)
-        self.decode_graphs = make_decode_graphs(
-            model,
-            self.kv_caches,
-            self.attention_backend,
-            enforce_eager=enforce_eager,
-            max_num_seqs=max_num_seqs,
-            max_model_len=max_model_len,
-            block_size=block_size,
-            device=device,
-        )
+        with phase("cuda_graphs"):
+            self.decode_graphs = make_decode_graphs(
+                model,
+                self.kv_caches,
+                self.attention_backend,
+                enforce_eager=enforce_eager,
+                max_num_seqs=max_num_seqs,
+                max_model_len=max_model_len,
+                block_size=block_size,
+                device=device,
+            )
         # Set by a tensor-parallel group: sends each eager step's inputs to the other ranks.
         self.broadcast_step: Callable[[StepInputs], None] | None = None
 

@@ -15,6 +15,9 @@ cache it is handed and the attention interface stays as it was.
 
 from __future__ import annotations
 
+import math
+import mmap
+
 import torch
 
 FP8_KV_DTYPE = torch.float8_e4m3fn
@@ -70,3 +73,27 @@ def to_cache_dtype(x: torch.Tensor, pool_dtype: torch.dtype, scale: float) -> to
     if scale != 1.0:  # in float32: a bf16 quotient would round twice on its way to e4m3
         x = x.float() / scale
     return x.clamp(-FP8_MAX, FP8_MAX).to(FP8_KV_DTYPE)
+
+
+def zeroed_pool(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A zero-filled KV pool, costing nothing up front on a CPU.
+
+    ``torch.zeros`` writes every byte of a pool of gigabytes at start-up (seconds on a small
+    machine, for memory most of which a short conversation never touches). A private
+    anonymous mapping instead gets pages the kernel hands out already zeroed as they are
+    first written, so the pool reads as zeros all the same. (Not ``calloc``: below glibc's
+    mmap threshold, in a thread's arena, it clears every byte too.) Page-aligned; the
+    mapping is released with the tensor.
+    """
+    if device.type != "cpu":
+        return torch.zeros(shape, dtype=dtype, device=device)
+    element = torch.empty((), dtype=dtype).element_size()
+    nbytes = math.prod(shape) * element
+    mapping = mmap.mmap(
+        -1,
+        nbytes,
+        flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS,
+        prot=mmap.PROT_READ | mmap.PROT_WRITE,
+    )
+    # frombuffer keeps a reference to the mapping for as long as the tensor lives.
+    return torch.frombuffer(mapping, dtype=torch.uint8).view(dtype).view(shape)

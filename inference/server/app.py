@@ -34,6 +34,7 @@ from inference.server.settings import ServerSettings
 from inference.server.tools import template_tools
 from inference.server.validation import decode_request
 from inference.server.worker import Worker
+from inference.startup import PHASES
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
@@ -184,7 +185,11 @@ def create_app(
                 log.exception("loading the model failed")
                 worker.load_error = str(exc)
                 return
-            loop.call_soon_threadsafe(worker.attach, loaded)
+            loop.call_soon_threadsafe(_attach_and_report, loaded)
+
+        def _attach_and_report(loaded: LLMEngine) -> None:
+            worker.attach(loaded)
+            PHASES.log_ready()  # the start-up phases, for `bench startup`
 
         threading.Thread(target=load, name="model-loader", daemon=True).start()
 

@@ -15,6 +15,8 @@ from typing import Any
 
 import uvicorn
 
+from inference.cache_dir import ENV as CACHE_ENV
+from inference.cache_dir import default_cache_dir
 from inference.secret_env import secret_from_env
 
 log = logging.getLogger("inference.server")
@@ -136,6 +138,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=0,
         help="accepted as vLLM's is; the engine does not use it (a request's own seed does)",
     )
+    parser.add_argument(
+        "--cache-dir",
+        help="keep the prepared weights of a GGUF model and the compiled C kernels here, "
+        "for a fast next start (default: $INFERENCE_CACHE_DIR, else ~/.cache/enclave)",
+    )
+    parser.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="neither read nor write the start-up caches (INFERENCE_CACHE_DIR=off does too)",
+    )
     parser.add_argument("--max-queue", type=int, help="503 with Retry-After while this many wait")
     parser.add_argument("--drain-timeout", type=float, default=30.0, help="seconds (SIGTERM)")
     parser.add_argument("--log-level", default="info", help="debug, info, warning or error")
@@ -168,8 +180,19 @@ def engine_config_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "ngram_max": max(3, args.ngram_min),
         "draft_model": args.draft_model,
         "draft_kv_cache_fraction": args.draft_kv_cache_fraction,
+        "cache_dir": cache_dir_of(args),
     }
     return kwargs
+
+
+def cache_dir_of(args: argparse.Namespace) -> str | None:
+    """The start-up caches' folder (inference/cache_dir.py); None: off."""
+    if args.no_cache:
+        return None
+    if args.cache_dir:
+        return str(Path(args.cache_dir).expanduser())
+    default = default_cache_dir()
+    return None if default is None else str(default)
 
 
 def is_loopback(host: str) -> bool:
@@ -207,8 +230,13 @@ def settings_from(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from inference.engine.engine_config import EngineConfig
-    from inference.server.app import create_app
+    from inference.startup import PHASES, process_age_s
+
+    # Start-up phases (inference/startup.py): the interpreter's own start, then imports.
+    PHASES.add("interpreter", process_age_s() or 0.0, quiet=True)
+    with PHASES.phase("imports"):
+        from inference.engine.engine_config import EngineConfig
+        from inference.server.app import create_app
 
     logging.basicConfig(
         level=args.log_level.upper(),
@@ -219,15 +247,19 @@ def run(args: argparse.Namespace) -> int:
         raise FileNotFoundError(f"--model {args.model}: no such file or directory")
     settings = settings_from(args)
     config = EngineConfig(**engine_config_kwargs(args))
+    # The kernel cache (and tensor-parallel ranks, which inherit the environment) follow
+    # the worker's choice of cache folder.
+    os.environ[CACHE_ENV] = config.cache_dir or "off"
     if config.draft_model is not None:  # a draft with another tokenizer: refused here
         from inference.engine.draft_model import check_draft_tokenizer
 
         check_draft_tokenizer(config.model, config.tokenizer, config.draft_model)
 
     def load() -> Any:
-        from inference.engine.llm_engine import LLMEngine
-
-        return LLMEngine(config)
+        with PHASES.phase("imports"):
+            from inference.engine.llm_engine import LLMEngine
+        with PHASES.phase("engine"):
+            return LLMEngine(config)
 
     app = create_app(load, settings)
     server = DrainingServer(

@@ -29,6 +29,8 @@ from gateway.private_files import private_dir, private_opener
 log = structlog.get_logger("gateway.workers")
 
 TOKEN_ENV = "ENCLAVE_WORKER_TOKEN"
+# The worker's start-up caches (inference/cache_dir.py): prepared weights, built kernels.
+CACHE_ENV = "INFERENCE_CACHE_DIR"
 HOST = "127.0.0.1"
 
 
@@ -66,7 +68,10 @@ class WorkerSupervisor:
         python: str = sys.executable,
         extra_args: Sequence[str] = (),
         extra_env_names: Sequence[str] = (),
+        cache_dir: Path | None = None,
     ) -> None:
+        """``cache_dir``: the worker's start-up caches (its INFERENCE_CACHE_DIR, unless the
+        gateway's own environment sets that variable)."""
         if not token:
             raise ValueError("the embedded worker needs a token (see embedded_worker_token)")
         self.model_path = Path(model_path)
@@ -77,6 +82,7 @@ class WorkerSupervisor:
         self.python = python
         self.extra_args = tuple(extra_args)
         self.extra_env_names = tuple(extra_env_names)  # beyond worker_env's allow-list
+        self.cache_dir = cache_dir
         self.restarts = 0  # for /metrics and admins: how often the child had to come back
         self._token = token
         self._process: asyncio.subprocess.Process | None = None
@@ -97,7 +103,7 @@ class WorkerSupervisor:
         other = WorkerSupervisor(
             model_path, port, self._token, served_name=served_name,
             log_dir=self.log_path.parent, python=self.python, extra_args=self.extra_args,
-            extra_env_names=self.extra_env_names,
+            extra_env_names=self.extra_env_names, cache_dir=self.cache_dir,
         )  # fmt: skip
         for name in ("min_backoff_s", "max_backoff_s", "stable_after_s"):
             setattr(other, name, getattr(self, name))
@@ -197,14 +203,17 @@ class WorkerSupervisor:
         log.info("worker ready", pid=process.pid, url=self.url)
 
     async def _spawn(self, guard: list[str], output: IO[bytes]) -> asyncio.subprocess.Process:
+        # Never the gateway's whole environment: it holds the gateway's secrets.
+        env = worker_environment(os.environ, TOKEN_ENV, self._token, self.extra_env_names)
+        if self.cache_dir is not None:
+            env.setdefault(CACHE_ENV, str(self.cache_dir))
         return await asyncio.create_subprocess_exec(
             *guard,
             *self.command(),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=output,
             stderr=asyncio.subprocess.STDOUT,
-            # Never the gateway's whole environment: it holds the gateway's secrets.
-            env=worker_environment(os.environ, TOKEN_ENV, self._token, self.extra_env_names),
+            env=env,
             # Its own session: a Ctrl-C on the gateway's terminal reaches the gateway,
             # which then drains the worker, instead of killing the worker mid-stream.
             start_new_session=True,

@@ -26,6 +26,8 @@ ALLOWED_NAMES = frozenset(
         # Tokenizers and Hugging Face caches (models load from local paths; no HF_TOKEN).
         "HF_HOME", "HF_HUB_CACHE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE",
         "TOKENIZERS_PARALLELISM",
+        # The worker's start-up caches (off, or another folder than <data dir>/cache).
+        "INFERENCE_CACHE_DIR",
     }
 )  # fmt: skip
 ALLOWED_PREFIXES = (

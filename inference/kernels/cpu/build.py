@@ -1,25 +1,41 @@
 """Compile the CPU kernels with the machine's C compiler and load them through ctypes.
 
 The source is a few hundred lines of plain C with OpenMP: no torch headers, so it builds
-in about half a second, once per process, into a private temporary directory (nothing is
-cached between runs, so nothing can go stale). ``-march=native`` lets the compiler use
-every vector instruction of the processor it runs on. OpenMP is linked as ``libgomp.so.1``,
-which is the soname of the runtime torch already loaded, so the kernels share torch's
-thread pool rather than starting a second one that would fight it for the cores.
+in about half a second a file. Built libraries are kept in the kernel cache
+(``<cache dir>/kernels``, see inference/cache_dir.py), named by a hash of everything the
+build depends on: the source, the flags, the compiler (its path and ``--version``) and the
+processor (``-march=native`` builds for the one it runs on), so a changed input never
+finds a stale library. A build goes to a private temporary directory and is renamed into
+place, so two processes starting together at worst both build, and never load a half
+written file. Without a cache directory (``--no-cache``) each process builds its own copy
+in a temporary directory, as before.
+
+``-march=native`` lets the compiler use every vector instruction of the processor it runs
+on. OpenMP is linked as ``libgomp.so.1``, which is the soname of the runtime torch already
+loaded, so the kernels share torch's thread pool rather than starting a second one that
+would fight it for the cores.
 """
 
 from __future__ import annotations
 
 import ctypes
+import hashlib
+import json
 import logging
+import os
+import platform
 import shutil
 import subprocess
 import tempfile
+import threading
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import torch  # noqa: F401  (loads torch's OpenMP runtime before the kernels need one)
+
+from inference.cache_dir import default_cache_dir, private_subdir
+from inference.startup import phase
 
 log = logging.getLogger("inference.kernels")
 
@@ -68,20 +84,90 @@ class KernelBuildError(RuntimeError):
     """No C compiler, or the kernel source did not compile."""
 
 
-@cache
 def load_library(name: str, extra_flags: tuple[str, ...] = ()) -> ctypes.CDLL:
-    """``name``.c compiled and loaded; raises KernelBuildError if it cannot be built here.
+    """``name``.c compiled and loaded (once per process); raises KernelBuildError if it
+    cannot be built here.
 
     ``extra_flags`` go after the default ones (tests build the portable path with
     ``("-mno-avx512f",)``).
     """
+    return _load_once(name, extra_flags, "kernels")
+
+
+def prebuild_in_background() -> threading.Thread:
+    """Start building (or loading from the cache) every kernel in a thread, at the start of
+    a model's load: the compiler then runs on another core while Python parses and
+    dequantizes the weights, and `load_library` later finds them ready. A failure here is
+    left for `load_library` to raise where it is handled."""
+
+    def build_all() -> None:
+        for name in SIGNATURES:
+            try:
+                _load_once(name, (), "kernels_background")
+            except KernelBuildError:
+                return
+
+    thread = threading.Thread(target=build_all, name="kernel-prebuild", daemon=True)
+    thread.start()
+    return thread
+
+
+_loaded: dict[tuple[str, tuple[str, ...]], ctypes.CDLL] = {}
+_loading = threading.Lock()  # one build at a time: a second asker waits for the first
+
+
+def _load_once(name: str, extra_flags: tuple[str, ...], phase_name: str) -> ctypes.CDLL:
+    key = (name, extra_flags)
+    lib = _loaded.get(key)
+    if lib is not None:
+        return lib
+    with phase(phase_name), _loading:
+        lib = _loaded.get(key)
+        if lib is None:
+            lib = _loaded[key] = _build_and_load(name, extra_flags)
+    return lib
+
+
+def _build_and_load(name: str, extra_flags: tuple[str, ...]) -> ctypes.CDLL:
     source = HERE / f"{name}.c"
     compiler = shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
         raise KernelBuildError("no C compiler (cc or gcc) on PATH")
-    workdir = Path(tempfile.mkdtemp(prefix="enclave-kernels-"))
-    objects, library = workdir / f"{name}.o", workdir / f"{name}.so"
-    flags = [*FLAGS, *SOURCE_FLAGS[name], *extra_flags]
+    flags = (*FLAGS, *SOURCE_FLAGS[name], *extra_flags)
+    cache_dir = _usable_cache_dir()
+    if cache_dir is None:
+        workdir = Path(tempfile.mkdtemp(prefix="enclave-kernels-"))
+        try:
+            lib = _load(_compile(compiler, flags, source, workdir))
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)  # the loaded library stays mapped
+        log.info("built CPU kernels %s with %s", source.name, compiler)
+        return _declare(name, lib)
+    cached = cache_dir / f"{name}-{build_key(compiler, flags, source)}.so"
+    if cached.is_file():
+        try:
+            lib = _declare(name, _load(cached))
+        except (KernelBuildError, AttributeError) as error:  # damaged: built again, over it
+            log.warning("ignoring the cached kernel library %s: %s", cached, error)
+        else:
+            log.info("loaded CPU kernels %s from %s", source.name, cached)
+            return lib
+    workdir = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=cache_dir))
+    try:
+        built = _compile(compiler, flags, source, workdir)
+        # Loaded from its private path (a damaged file of the cached name may be loaded
+        # already, and the loader would hand that one back), then published: the rename is
+        # atomic, so a concurrent reader sees the old file or this one, never a part.
+        lib = _declare(name, _load(built))
+        os.replace(built, cached)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)  # the loaded library stays mapped
+    log.info("built CPU kernels %s with %s into %s", source.name, compiler, cached)
+    return lib
+
+
+def _compile(compiler: str, flags: tuple[str, ...], source: Path, workdir: Path) -> Path:
+    objects, library = workdir / f"{source.stem}.o", workdir / f"{source.stem}.so"
     compile_ = [compiler, *flags, "-c", "-o", str(objects), str(source)]
     link = [compiler, *LINK_FLAGS, "-o", str(library), str(objects), "-lm"]
     try:
@@ -89,17 +175,85 @@ def load_library(name: str, extra_flags: tuple[str, ...] = ()) -> ctypes.CDLL:
             done = subprocess.run(command, capture_output=True, text=True, timeout=120)
             if done.returncode != 0:
                 raise KernelBuildError(f"{' '.join(command)} failed:\n{done.stderr.strip()}")
-        lib = ctypes.CDLL(str(library))
     except (OSError, subprocess.TimeoutExpired) as error:
         raise KernelBuildError(f"could not build {source.name}: {error}") from error
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)  # the loaded library stays mapped
+    return library
+
+
+def _load(library: Path) -> ctypes.CDLL:
+    try:
+        return ctypes.CDLL(str(library))
+    except OSError as error:
+        raise KernelBuildError(f"could not load {library}: {error}") from error
+
+
+def _declare(name: str, lib: ctypes.CDLL) -> ctypes.CDLL:
     for function, argtypes in SIGNATURES[name].items():
         fn = getattr(lib, function)
         fn.argtypes = argtypes
         fn.restype = None if name == "layers" else ctypes.c_int
-    log.info("built CPU kernels %s with %s", source.name, compiler)
     return lib
+
+
+# -- the kernel cache ----------------------------------------------------------------------
+
+
+def kernel_cache_dir() -> Path | None:
+    """``<cache dir>/kernels`` (inference/cache_dir.py), read at each build; None: off."""
+    base = default_cache_dir()
+    return None if base is None else base / "kernels"
+
+
+def _usable_cache_dir() -> Path | None:
+    path = kernel_cache_dir()
+    if path is None:
+        return None
+    try:
+        path = private_subdir(path.parent, path.name)
+    except OSError as error:
+        log.warning(
+            "the kernel cache %s cannot be used (%s): building in a temporary one", path, error
+        )
+        return None
+    if not os.access(path, os.W_OK | os.X_OK):
+        log.warning("the kernel cache %s is not writable: building in a temporary one", path)
+        return None
+    return path
+
+
+def build_key(compiler: str, flags: tuple[str, ...], source: Path) -> str:
+    """A hash of everything a built library depends on (see the module's docstring)."""
+    parts = {
+        "source": hashlib.sha256(source.read_bytes()).hexdigest(),
+        "flags": [*flags, "|", *LINK_FLAGS],
+        "compiler": _compiler_identity(compiler),
+        "processor": _processor_identity(),
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24]
+
+
+@cache
+def _compiler_identity(compiler: str) -> str:
+    try:
+        done = subprocess.run(
+            [compiler, "--version"], capture_output=True, text=True, timeout=30, check=False
+        )
+        version = done.stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        version = "unknown"
+    return f"{os.path.realpath(compiler)}\n{version}"
+
+
+@cache
+def _processor_identity() -> str:
+    """The processor's model and feature flags: what ``-march=native`` compiles for."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return f"{platform.machine()} {platform.processor()}"
+    wanted = ("model name", "flags", "Features", "CPU part", "isa")
+    lines = [line for line in text.split("\n\n", 1)[0].splitlines() if line.startswith(wanted)]
+    return "\n".join(lines) or f"{platform.machine()} {platform.processor()}"
 
 
 def load_paged_decode(extra_flags: tuple[str, ...] = ()) -> ctypes.CDLL:

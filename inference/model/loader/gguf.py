@@ -46,11 +46,29 @@ def _field_value(field: ReaderField) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
 
+class PlainArrayReader(GGUFReader):
+    """GGUFReader over a plain ndarray view of its memory map, not the ``np.memmap`` itself.
+
+    The reader takes one slice of the file per value, hundreds of thousands for a
+    tokenizer's tokens and merges, and each slice of an ``np.memmap`` runs its Python-level
+    subclass hooks: 1.7 s of the demo model's start went there. A plain view of the same
+    mapping reads the same bytes (the view keeps the mapping open) in 0.55 s.
+    """
+
+    @property  # type: ignore[override]
+    def data(self) -> np.ndarray:
+        return self._plain
+
+    @data.setter
+    def data(self, value: np.ndarray) -> None:
+        self._plain = value.view(np.ndarray)
+
+
 def _open_reader(path: Path) -> GGUFReader:
     if not path.is_file():
         raise ValueError(f"GGUF file {str(path)!r} does not exist")
     try:
-        reader = GGUFReader(path)
+        reader = PlainArrayReader(path)
     except (ValueError, IndexError, KeyError, TypeError, OverflowError, struct.error) as error:
         raise ValueError(
             f"{str(path)!r} is not a readable GGUF file (truncated, or not GGUF): {error}"

@@ -9,7 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from gateway.domain.workers.supervisor import TOKEN_ENV, WorkerStartError, WorkerSupervisor
+from gateway.domain.workers.supervisor import (
+    CACHE_ENV,
+    TOKEN_ENV,
+    WorkerStartError,
+    WorkerSupervisor,
+)
 from gateway.domain.workers.worker_env import worker_environment
 from gateway.settings import Settings, SettingsError
 from tests.gateway.workers.conftest import TOKEN
@@ -84,3 +89,33 @@ def test_the_allow_list() -> None:
     assert Settings(worker_env=" A, B ,").worker_env_names == ["A", "B"]
     with pytest.raises(SettingsError, match="ENCLAVE_WORKER_ENV"):
         Settings(worker_env="ENCLAVE_SECRET_KEY")
+
+
+async def _child_environment(tmp_path: Path, cache_dir: Path | None) -> dict[str, str]:
+    python, dump = fake_python(tmp_path)
+    supervisor = WorkerSupervisor(
+        tmp_path, free_port(), TOKEN, log_dir=tmp_path / "data", python=str(python),
+        cache_dir=cache_dir,
+    )  # fmt: skip
+    with pytest.raises(WorkerStartError, match="exited"):
+        await supervisor.start(ready_timeout=30)
+    await supervisor.close()
+    return dict(item.split("=", 1) for item in dump.read_text().split("\0") if item)
+
+
+async def test_the_worker_caches_under_the_data_dir_unless_the_gateway_says_otherwise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(CACHE_ENV, raising=False)
+    cache_dir = tmp_path / "data" / "cache"
+    assert (await _child_environment(tmp_path, cache_dir))[CACHE_ENV] == str(cache_dir)
+    assert CACHE_ENV not in await _child_environment(tmp_path, None)
+    monkeypatch.setenv(CACHE_ENV, "off")  # the operator's choice reaches the worker
+    assert (await _child_environment(tmp_path, cache_dir))[CACHE_ENV] == "off"
+
+
+def test_the_embedded_worker_caches_in_the_data_dir(tmp_path: Path) -> None:
+    from gateway.traffic_setup import embedded_supervisor
+
+    supervisor = embedded_supervisor(Settings(data_dir=tmp_path))
+    assert supervisor.cache_dir == (tmp_path / "cache").resolve()
