@@ -48,9 +48,7 @@ def test_splits_each_scenario_and_names_its_bound(
         )
         modules = scenario["modules_ms"]
         # Every layer's projections, summed under one name; exclusive times fit the forward.
-        assert {"model.layers.*.mlp.down_proj", "model.layers.*.self_attn.qkv_proj"} <= set(
-            modules
-        )
+        assert {"model.layers.*.mlp.down_proj", "model.layers.*.self_attn.qkv_proj"} <= set(modules)
         assert sum(modules.values()) <= phases["forward"] + phases["logits"] + 0.05
         bound = scenario["bound_ms"]
         assert bound["bound"] in ("bandwidth", "compute") and bound["step_over_bound"] > 0
