@@ -111,13 +111,21 @@ def test_a_changed_gguf_file_is_prepared_again(
         assert handle.metadata()["key"] != old_key
 
 
+def _put_in_place(path: Path, data: bytes) -> None:
+    """A damaged file where the cache file was; never written over in place: an engine of
+    this process may still map the old one, and a mapped file cut short is a SIGBUS."""
+    damaged = path.with_name("damaged")
+    damaged.write_bytes(data)
+    damaged.replace(path)
+
+
 def _truncate(path: Path) -> None:
     data = path.read_bytes()
-    path.write_bytes(data[: len(data) // 2])
+    _put_in_place(path, data[: len(data) // 2])
 
 
 def _garble(path: Path) -> None:
-    path.write_bytes(b"\xff" * 64 + os.urandom(1000))
+    _put_in_place(path, b"\xff" * 64 + os.urandom(1000))
 
 
 def _drop_a_tensor(path: Path) -> None:

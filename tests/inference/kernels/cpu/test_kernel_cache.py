@@ -56,7 +56,12 @@ def test_a_damaged_library_is_built_again(
     monkeypatch.setenv("INFERENCE_CACHE_DIR", str(tmp_path))
     build._build_and_load("paged_decode", ())  # not through load_library's memo
     (library,) = (tmp_path / "kernels").iterdir()
-    library.write_bytes(b"not a shared library")
+    # A damaged file put in its place, as a crash or a bad copy leaves it; never written
+    # over in place: this process has the library mapped, and a mapped file cut short is
+    # a SIGBUS when the loader touches it again (at exit, running its finalizers).
+    damaged = library.with_name("damaged")
+    damaged.write_bytes(b"not a shared library")
+    damaged.replace(library)
     with caplog.at_level(logging.INFO, logger="inference.kernels"):
         lib = build._build_and_load("paged_decode", ())
     assert "ignoring the cached kernel library" in caplog.text
