@@ -53,7 +53,8 @@ def run(args: argparse.Namespace) -> int:
     from inference.bench.machine import cpu_model
     from inference.bench.probe import probe
 
-    longest = max(args.prompt_len + 2 * args.steps + 8, args.prefill_tokens + 8)
+    # A decoding sequence gets 2 * steps + 5 tokens (prefill, warm-ups, both timings).
+    longest = max(args.prompt_len + 2 * args.steps + 16, args.prefill_tokens + 8)
     llm = LLM(
         args.model,
         dtype=args.dtype,
@@ -121,7 +122,7 @@ def _decode(engine: Any, batch: int, args: argparse.Namespace) -> dict[str, Any]
     """``batch`` sequences prefilled, then decode steps: timed plainly, then instrumented."""
     from inference import SamplingParams
 
-    params = SamplingParams(temperature=0, max_tokens=4 * args.steps + 8, ignore_eos=True)
+    params = SamplingParams(temperature=0, max_tokens=2 * args.steps + 8, ignore_eos=True)
     ids = [f"decode-{batch}-{i}" for i in range(batch)]
     for request_id, prompt in zip(
         ids, _prompts(engine, batch, args.prompt_len, batch), strict=True
