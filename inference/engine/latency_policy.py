@@ -19,6 +19,11 @@ ran), and filled in this order:
    burst of long prompts and another's long prompt both progress and neither queues the
    other. Whatever time remains then goes to further chunks and admissions in order.
 
+Then **short tails** past the budget: prompt rests of at most ``SHORT_TAIL`` tokens (a
+question behind a cached prefix), up to ``SHORT_TAILS_PER_STEP`` tokens a step, so that
+on a machine slower than the budget a department's queued questions are not let in one a
+step.
+
 The prefill phases get at least ``MIN_PREFILL_SHARE`` of the budget even when decode rows
 alone would use it all, and each tenant's long candidate at least a block's worth of
 tokens per step, even past the budget (on a machine too slow for it): long prompts are
@@ -41,6 +46,10 @@ if TYPE_CHECKING:
     from inference.engine.scheduler import Scheduler
 
 MIN_PREFILL_SHARE = 0.25
+# A prompt rest this short (a question behind a cached manual) goes in even past the
+# budget, up to SHORT_TAILS_PER_STEP tokens of them a step (see _short_tails).
+SHORT_TAIL = 64
+SHORT_TAILS_PER_STEP = 256
 
 
 class _Plan:
@@ -109,6 +118,7 @@ def schedule_within_time(
         budget_ms - sched.step_cost.predict_ms(rows, pairs), MIN_PREFILL_SHARE * budget_ms
     )
     _short_prefills(plan)
+    _short_tails(plan)
     _long_prefills(plan)
 
 
@@ -135,6 +145,37 @@ def _short_prefills(plan: _Plan) -> None:
     admitted = True
     while admitted:
         admitted = any(plan.admit(head, plan.whole) for head in plan.sched.waiting.heads())
+
+
+def _short_tails(plan: _Plan) -> None:
+    """Questions behind a cached prefix, taken even past the time left: a tail of at most
+    ``SHORT_TAIL`` tokens, up to ``SHORT_TAILS_PER_STEP`` tokens of them in a step.
+
+    Where the machine is slower than the budget (loaded, or the budget too small for it),
+    decode rows leave only the floor share, `whole` takes nothing, and each tenant would
+    get one question a step (its long candidate): a department's 20 users queued behind
+    its head, one per step of seconds. A short tail costs about what the floor chunk a
+    tenant is guaranteed anyway costs, so they go in together, bounded per step.
+    """
+    left = SHORT_TAILS_PER_STEP
+
+    def tail(seq: Sequence) -> int:
+        rest = plan.pending(seq)
+        return rest if rest <= min(SHORT_TAIL, left, plan.tokens_left) else 0
+
+    for seq in list(plan.sched.running):
+        rest = plan.prompt_rest(seq)
+        if rest and tail(seq):
+            plan.feed(seq, rest)
+            left -= rest
+    admitted = True
+    while admitted and left > 0:
+        admitted = False
+        for head in plan.sched.waiting.heads():
+            if plan.admit(head, tail):
+                left -= plan.output.scheduled[-1].num_new_tokens
+                admitted = True
+                break  # the heads change with each admission
 
 
 def _long_prefills(plan: _Plan) -> None:

@@ -167,3 +167,38 @@ def test_step_cost_fit_recovers_a_linear_cost() -> None:
     assert abs(base - 30) < 2 and abs(per_row - 0.3) < 0.02 and abs(per_kpair - 0.05) < 0.01
     n = model.tokens_within(150.0, 1000)
     assert model.marginal_ms(1000, n) <= 150.0 < model.marginal_ms(1000, n + 1)
+
+
+def test_on_a_slow_machine_queued_questions_go_in_together() -> None:
+    """Budget smaller than a step's fixed cost: `whole` takes nothing, yet a department's
+    queued questions behind its cached manual are let in in one step, not one a step."""
+    sched = make(budget_ms=5.0)
+    warm_manual(sched)
+    for k in range(20):
+        sched.add(request(long_prompt(k), f"b{k}", "b"))
+    step(sched)
+    for n in range(8):
+        sched.add(request([*MANUAL, 8, 9, n, 11], f"a{n}", "a"))
+    fed = chunks(step(sched))
+    assert all(fed[f"a{n}"] == (len(MANUAL), 4) for n in range(8))
+    assert fed["b0"][1] == BLOCK  # the burst's head keeps its floor
+
+
+def test_short_tails_past_the_budget_are_bounded_per_step() -> None:
+    sched = make(budget_ms=5.0)
+    warm_manual(sched)
+    question = list(range(36))  # 36 new tokens behind the cached manual
+    for n in range(12):
+        sched.add(request([*MANUAL, n, *question], f"a{n}", "a"))
+    fed = chunks(step(sched))
+    # 37-token tails: six fit in 256 tokens (the first may also go in as the tenant's
+    # long candidate), the rest wait for the next steps, in order.
+    taken = [n for n in range(12) if f"a{n}" in fed]
+    assert taken == list(range(len(taken))) and 6 <= len(taken) <= 7
+    again = chunks(step(sched))
+    assert f"a{len(taken)}" in again
+    # A tail longer than SHORT_TAIL is not forced in: only its tenant's floor chunk moves.
+    sched = make(budget_ms=5.0)
+    warm_manual(sched)
+    sched.add(request([*MANUAL, *range(100)], "long-tail", "a"))
+    assert chunks(step(sched))["long-tail"] == (len(MANUAL), BLOCK)
