@@ -149,13 +149,15 @@ class WorkerAdminController(Controller):
     async def list_workers(self, request: Request) -> WorkersRead:
         """Every worker in the pool, in pool order, with its /metrics scraped now."""
         traffic = _traffic(request)
-        upstreams = traffic.pool.upstreams
-        scrapes = await traffic.loads.scrape_all(traffic.pool.client, [u.url for u in upstreams])
+        urls = [u.url for u in traffic.pool.upstreams]
+        scrapes = await traffic.loads.scrape_all(traffic.pool.client, urls)
+        scraped = dict(zip(urls, scrapes, strict=True))
+        # The pool and its supervisor are read again after the scrapes, with no await
+        # between: a weight swap may have put the new worker in the old one's place
+        # meanwhile, and the old one shown with the new supervisor read as unsupervised
+        # (not reloading) in the middle of the swap.
         return WorkersRead(
-            [
-                _read(traffic, i, u, s)
-                for i, (u, s) in enumerate(zip(upstreams, scrapes, strict=True))
-            ]
+            [_read(traffic, i, u, scraped.get(u.url)) for i, u in enumerate(traffic.pool.upstreams)]
         )
 
     @post("/{index:int}/drain", status_code=200)
