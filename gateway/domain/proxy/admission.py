@@ -89,8 +89,9 @@ async def pick_through_swap(
     wait_s: float = SWAP_GAP_WAIT_S,
 ) -> Upstream:
     """`pick`, except that while ``swapping()`` (a weight swap of the supervised worker is
-    under way) a request for a model the pool knows but no worker serves right now (the gap
-    of a one-at-a-time swap) waits for the new worker, up to ``wait_s``, instead of a 503.
+    under way), or while a worker for the model is held for warming, a request for a model
+    the pool knows but no worker serves right now (the gap of a one-at-a-time swap) waits
+    for the new worker, up to ``wait_s``, instead of a 503.
     When the swap ends it is answered as any other: by the new worker, or 404 if the swap
     renamed the model away."""
     loop = asyncio.get_running_loop()
@@ -99,9 +100,21 @@ async def pick_through_swap(
         try:
             return pool.pick(request.model, request.affinity_key())
         except NoUpstream as exc:
-            if not (exc.known and swapping()) or loop.time() >= deadline:
+            coming = swapping() or _held_for_warming(pool, request)
+            if not (exc.known and coming) or loop.time() >= deadline:
                 return pick(pool, request)  # the 404 or 503 it raises
         await asyncio.sleep(0.1)
+
+
+def _held_for_warming(pool: WorkerPool, request: ApiRequest) -> bool:
+    """A worker serving the model is up but held out of routing while the prefix warmer
+    pins the assistants on it (at most the warmer's pin timeout): the end of a swap, a
+    start or a restart. It takes requests in a moment."""
+    try:
+        pool.pick(request.model, None, warming_too=True)
+    except NoUpstream:
+        return False
+    return True
 
 
 async def admit(
