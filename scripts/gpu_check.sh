@@ -6,14 +6,15 @@
 # runs the plumbing on a CPU. Other arguments: python -m inference.bench.gpu_check --help.
 #
 # Uses .venv/bin/python when there is one, else $PYTHON or python3 (a GPU machine's own
-# torch). The engine imports the `gguf` package: where it is missing, wheels in .whl/ are
-# installed to /tmp/site first (pip download --no-deps gguf into .whl/ on a machine with
-# PyPI). A hard 8-minute limit keeps it from hanging.
+# torch). The engine imports `gguf`, `msgspec` and `llguidance`: where one is missing,
+# wheels in .whl/ are installed to /tmp/site first (pip download --no-deps them into .whl/
+# on a machine with PyPI; docs/engine.md has the command). A hard 8-minute limit keeps it
+# from hanging.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 if [ -x .venv/bin/python ]; then py=.venv/bin/python; else py=${PYTHON:-python3}; fi
-if ! "$py" -c "import gguf" 2>/dev/null && compgen -G ".whl/*.whl" >/dev/null; then
+if ! "$py" -c "import gguf, msgspec, llguidance" 2>/dev/null && compgen -G ".whl/*.whl" >/dev/null; then
   "$py" -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
   export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 fi

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import mmap
+import struct
 
 import torch
 
@@ -70,9 +71,20 @@ def to_cache_dtype(x: torch.Tensor, pool_dtype: torch.dtype, scale: float) -> to
     """New keys or values, (T, Hkv, D) in the model dtype, encoded for a pool of `pool_dtype`."""
     if pool_dtype != FP8_KV_DTYPE:
         return x.to(pool_dtype)
-    if scale != 1.0:  # in float32: a bf16 quotient would round twice on its way to e4m3
-        x = x.float() / scale
+    if scale != 1.0:
+        # The float32 quotient x / scale, correctly rounded on every device (as the Triton
+        # write's div_rn): worked in float64 and rounded once to float32, which is exact for
+        # a quotient of two float32 values. Plain ``x.float() / scale`` is not: CUDA torch
+        # multiplies by the reciprocal of a Python-number divisor, an ulp off at times,
+        # which flipped a few e4m3 roundings against the kernel on an H200. (A bf16 quotient
+        # would round twice on its way to e4m3.)
+        x = (x.double() / _to_float32(scale)).float()
     return x.clamp(-FP8_MAX, FP8_MAX).to(FP8_KV_DTYPE)
+
+
+def _to_float32(value: float) -> float:
+    """``value`` rounded to the nearest float32, as the kernels hold a scale."""
+    return float(struct.unpack("f", struct.pack("f", value))[0])
 
 
 def zeroed_pool(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:

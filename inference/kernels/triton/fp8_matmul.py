@@ -47,6 +47,7 @@ def _grouped_fp8_matmul_kernel(
     stride_sn,
     stride_ym,
     GROUP_K: tl.constexpr,
+    GROUPS_PER_TILE: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
@@ -71,10 +72,24 @@ def _grouped_fp8_matmul_kernel(
         )
         w_mask = n_mask[:, None] & k_mask[None, :]
         w = tl.load(w_ptr + cols[:, None] * stride_wn + k[None, :], mask=w_mask, other=0.0)
-        scale = tl.load(
-            s_ptr + cols[:, None] * stride_sn + (k // GROUP_K)[None, :], mask=w_mask, other=0.0
-        )
-        w = w.to(tl.float32) * scale
+        if GROUPS_PER_TILE > 0:
+            # Whole groups in the tile: their (BLOCK_N, GROUPS_PER_TILE) scales, one load
+            # each, spread over their columns in registers.
+            g = k0 // GROUP_K + tl.arange(0, GROUPS_PER_TILE)
+            scale = tl.load(
+                s_ptr + cols[:, None] * stride_sn + g[None, :],
+                mask=n_mask[:, None] & (g * GROUP_K < K)[None, :],
+                other=0.0,
+            )
+            w = tl.reshape(w.to(tl.float32), (BLOCK_N, GROUPS_PER_TILE, GROUP_K))
+            w = tl.reshape(w * scale[:, :, None], (BLOCK_N, BLOCK_K))
+        else:  # a group wider than the tile: each column's scale read by its index
+            scale = tl.load(
+                s_ptr + cols[:, None] * stride_sn + (k // GROUP_K)[None, :],
+                mask=w_mask,
+                other=0.0,
+            )
+            w = w.to(tl.float32) * scale
         if IS_BF16:
             w = _round_to_bf16(w)
         w = w.to(x_ptr.dtype.element_ty).to(DOT_DTYPE)
@@ -86,6 +101,34 @@ def _grouped_fp8_matmul_kernel(
     )
 
 
+def groups_per_tile(group_size: int, block_k: int) -> int:
+    """How many whole groups a K tile holds when they tile it exactly, else 0: the kernel
+    then reads each column's scale. Both counts are powers of two (the kernel reshapes
+    the tile into groups, and triton's shapes are powers of two)."""
+    if group_size > block_k or block_k % group_size or group_size & (group_size - 1):
+        return 0
+    count = block_k // group_size
+    return count if count & (count - 1) == 0 else 0
+
+
+def default_tiles(group_size: int, rows: int) -> tuple[int, int, int]:
+    """(BLOCK_M, BLOCK_N, BLOCK_K) for `rows` tokens, from timings on an H200
+    (docs/benchmarks/gpu-fp8-grouped-matmul-h200-2026-12-04.json).
+
+    16 token rows (the least a dot takes) for decode-sized batches, 64 for prefills, where
+    each weight tile is then read once per 64 tokens. K tiles hold whole groups where a
+    group is a power of two up to 256 columns, so that scales are read once per group (a
+    group of 128 read column by column took 58 us against 8 for a 4096x2048 weight at
+    one token); then 32 output rows a tile at decode sizes, 64 otherwise.
+    """
+    block_m = 16 if rows <= 16 else 64
+    block_k = 64
+    if 64 < group_size <= 256 and group_size & (group_size - 1) == 0:
+        block_k = group_size
+    block_n = 32 if block_k > 64 and rows <= 64 else 64
+    return block_m, block_n, block_k
+
+
 def grouped_fp8_matmul(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -93,15 +136,11 @@ def grouped_fp8_matmul(
     group_size: int,
     *,
     block_m: int | None = None,
-    block_n: int = 64,
-    block_k: int = 64,
+    block_n: int | None = None,
+    block_k: int | None = None,
 ) -> torch.Tensor:
     """x (..., K) in float32/float16/bfloat16, weight (N, K) e4m3, scale (N, ceil(K / group))
-    float32 -> (..., N) in x's dtype.
-
-    ``block_m`` defaults to 16 rows (the least a dot takes) for decode-sized batches and 64
-    for prefills, where each weight tile is then read once per 64 tokens.
-    """
+    float32 -> (..., N) in x's dtype. Tiles left as None are `default_tiles`."""
     if weight.dtype != torch.float8_e4m3fn or weight.dim() != 2:
         raise ValueError(f"weight must be 2-D float8_e4m3fn, got {weight.dtype} {weight.dim()}-D")
     num_out, k_dim = weight.shape
@@ -119,8 +158,8 @@ def grouped_fp8_matmul(
     if x2.stride(1) != 1:
         x2 = x2.contiguous()
     out = torch.empty(x2.shape[0], num_out, dtype=x.dtype, device=x.device)
-    if block_m is None:
-        block_m = 16 if x2.shape[0] <= 16 else 64
+    default_m, default_n, default_k = default_tiles(group_size, x2.shape[0])
+    block_m, block_n, block_k = block_m or default_m, block_n or default_n, block_k or default_k
     if x2.shape[0] > 0:
         grid = (triton.cdiv(x2.shape[0], block_m), triton.cdiv(num_out, block_n))
         _grouped_fp8_matmul_kernel[grid](
@@ -136,6 +175,7 @@ def grouped_fp8_matmul(
             scale.stride(0),
             out.stride(0),
             GROUP_K=group_size,
+            GROUPS_PER_TILE=groups_per_tile(group_size, block_k),
             BLOCK_M=block_m,
             BLOCK_N=block_n,
             BLOCK_K=block_k,

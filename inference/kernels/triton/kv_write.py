@@ -3,7 +3,8 @@
 One program stores one token's K and V rows, all KV heads, at its flat slot
 (block_id * block_size + offset). A negative slot is skipped: CUDA graphs pad a batch with
 such rows. FP8 (e4m3fn) pools store ``clamp(x / scale, -448, 448)``, divided in float32,
-with one scalar scale per layer and pool; reading multiplies by it again.
+its byte worked out by `e4m3.py`, with one scalar scale per layer and pool; reading
+multiplies by it again.
 """
 
 from __future__ import annotations
@@ -12,24 +13,9 @@ import torch
 import triton
 import triton.language as tl
 
+from inference.kernels.triton.e4m3 import e4m3_bits
+
 FP8_MAX = 448.0  # largest finite float8_e4m3fn (kernels spell it out: jit sees no globals)
-
-
-@triton.jit
-def _round_to_e4m3(x):
-    """Round float32 ``x`` (already within +-448) to the nearest e4m3 value, ties to even.
-
-    Done here in float32 so the cast that follows is exact: the cast's own rounding differs
-    between a GPU (ties to even) and triton's interpreter (ties up, with a carry bug).
-    """
-    exponent = (x.to(tl.int32, bitcast=True) >> 23) & 0xFF
-    exponent = tl.maximum(exponent, 127 - 6)  # below 2**-6 the spacing stays 2**-9
-    step = ((exponent - 3) << 23).to(tl.float32, bitcast=True)  # 3 mantissa bits
-    # 1 / step, a power of two too: multiplying by it is exact, where a GPU's float32
-    # division is an approximation.
-    inverse = ((257 - exponent) << 23).to(tl.float32, bitcast=True)
-    magic = 12582912.0  # 1.5 * 2**23: adding and removing it rounds to an integer, RNE
-    return ((x * inverse + magic) - magic) * step
 
 
 @triton.jit
@@ -63,14 +49,17 @@ def _reshape_and_cache_kernel(
     k = tl.load(key_ptr + token * stride_kt + h * stride_kh + d, mask=mask)
     v = tl.load(value_ptr + token * stride_vt + h * stride_vh + d, mask=mask)
     dst = slot * stride_cache_slot + h * stride_cache_head + d
-    if IS_FP8:
+    if IS_FP8:  # the pools come as uint8 views: e4m3 bytes are stored, not cast
         k_scale = tl.load(k_scale_ptr)
         v_scale = tl.load(v_scale_ptr)
         # div_rn: IEEE division, as torch's; a GPU's plain float32 `/` is approximate.
-        k = _round_to_e4m3(tl.clamp(tl.math.div_rn(k.to(tl.float32), k_scale), -448.0, 448.0))
-        v = _round_to_e4m3(tl.clamp(tl.math.div_rn(v.to(tl.float32), v_scale), -448.0, 448.0))
-    tl.store(key_cache_ptr + dst, k.to(key_cache_ptr.dtype.element_ty), mask=mask)
-    tl.store(value_cache_ptr + dst, v.to(value_cache_ptr.dtype.element_ty), mask=mask)
+        k = e4m3_bits(tl.clamp(tl.math.div_rn(k.to(tl.float32), k_scale), -448.0, 448.0))
+        v = e4m3_bits(tl.clamp(tl.math.div_rn(v.to(tl.float32), v_scale), -448.0, 448.0))
+        tl.store(key_cache_ptr + dst, k.to(tl.uint8), mask=mask)
+        tl.store(value_cache_ptr + dst, v.to(tl.uint8), mask=mask)
+    else:
+        tl.store(key_cache_ptr + dst, k.to(key_cache_ptr.dtype.element_ty), mask=mask)
+        tl.store(value_cache_ptr + dst, v.to(value_cache_ptr.dtype.element_ty), mask=mask)
 
 
 def reshape_and_cache(
@@ -109,8 +98,8 @@ def reshape_and_cache(
     _reshape_and_cache_kernel[(num_tokens,)](
         key,
         value,
-        key_cache,
-        value_cache,
+        key_cache.view(torch.uint8) if is_fp8 else key_cache,
+        value_cache.view(torch.uint8) if is_fp8 else value_cache,
         slot_mapping,
         k_scale_arg,
         v_scale_arg,

@@ -36,10 +36,14 @@ from inference.model.layers.linear import FusedLinear
 from inference.model.quant.fp8_math import (
     FP8_DTYPE,
     FP8_MAX,
-    MIN_SCALE,
     GroupedFp8Matmul,
+    quantize_tokens_fp8,
     quantize_weight_fp8,
 )
+
+# Tokens up to which a dynamic per-row layer on CUDA runs the weight-only Triton kernel
+# (`inference/kernels/triton/fp8_gemv.py`), which beat _scaled_mm at up to 16 on an H200.
+MAX_GEMV_TOKENS = 16
 
 if TYPE_CHECKING:
     from inference.kernels.cpu.layers import CpuLayerKernels
@@ -107,6 +111,14 @@ class Fp8Linear(nn.Module):
         )
         self._grouped_matmul = GroupedFp8Matmul()
         self._use_scaled_mm = False  # until a device profile says otherwise (`use_paths`)
+        # Dynamic per-token activation scales before _scaled_mm: one Triton kernel where
+        # the profile runs Triton, the same arithmetic in torch ops elsewhere.
+        self._quantize_tokens: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]] = (
+            quantize_tokens_fp8
+        )
+        # Up to MAX_GEMV_TOKENS tokens of a dynamic per-row layer on CUDA: the weight-only
+        # Triton kernel, which skips the quantizing and beats _scaled_mm at those sizes.
+        self._gemv: Callable[..., torch.Tensor] | None = None
 
     def use_paths(self, *, scaled_mm: bool, triton: bool) -> None:
         """The device profile's FP8 paths, fixed for every later call: ``torch._scaled_mm``
@@ -115,6 +127,15 @@ class Fp8Linear(nn.Module):
         aligned = self.in_features % 16 == 0 and self.out_features % 16 == 0
         self._use_scaled_mm = scaled_mm and self.group_size is None and aligned
         self._grouped_matmul.use_triton(triton)
+        self._quantize_tokens = quantize_tokens_fp8
+        self._gemv = None
+        if triton:
+            from inference.kernels.triton.fp8_gemv import fp8_gemv
+            from inference.kernels.triton.fp8_quant import per_token_quant_fp8
+
+            self._quantize_tokens = per_token_quant_fp8
+            if self._use_scaled_mm and self.input_scale is None:
+                self._gemv = fp8_gemv
 
     @classmethod
     def from_linear(cls, linear: FusedLinear, *, group_size: int | None = None) -> Fp8Linear:
@@ -226,11 +247,16 @@ class Fp8Linear(nn.Module):
     def _forward_scaled_mm(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         x2 = x.reshape(-1, shape[-1])
+        if self._gemv is not None and x2.shape[0] <= MAX_GEMV_TOKENS:
+            y = self._gemv(x2, self.weight, self.weight_scale.reshape(-1))
+            if self.bias is not None:
+                y = y + self.bias
+            return y.reshape(*shape[:-1], -1)
         if self.input_scale is not None:  # static: one scale for every token
             x_scale = self.input_scale.reshape(1, 1).expand(x2.shape[0], 1).contiguous()
+            xq = (x2.float() / x_scale).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
         else:  # dynamic: each token under its own scale
-            x_scale = (x2.abs().amax(dim=1, keepdim=True).float() / FP8_MAX).clamp(min=MIN_SCALE)
-        xq = (x2.float() / x_scale).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
+            xq, x_scale = self._quantize_tokens(x2)
         y = torch._scaled_mm(
             xq,
             self.weight.t(),  # (in, out), column-major as _scaled_mm wants it

@@ -50,6 +50,18 @@ def quantize_weight_fp8(
     return q, scale
 
 
+def quantize_tokens_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Activations (M, K) -> (e4m3 (M, K), float32 scales (M, 1)): each token (row) under
+    its own scale, max(amax / 448, MIN_SCALE), for ``torch._scaled_mm``.
+
+    The torch ops of `inference/kernels/triton/fp8_quant.py`'s kernel, bit for bit: both
+    quotients are correctly rounded float32 (the amax one worked in float64, since CUDA
+    torch multiplies by the reciprocal of a Python-number divisor).
+    """
+    scale = (x.abs().amax(dim=1, keepdim=True).double() / FP8_MAX).float().clamp(min=MIN_SCALE)
+    return (x.float() / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE), scale
+
+
 def expand_scale(scale: torch.Tensor, cols: int, group_size: int | None) -> torch.Tensor:
     """A (rows,) scale, or a (rows, groups) one of `group_size` columns each, as (rows, cols)
     (broadcast along the columns for the per-row case)."""

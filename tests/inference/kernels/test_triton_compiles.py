@@ -6,7 +6,7 @@ process because the kernel tests' conftest re-imports the kernels for the interp
 Each compile-time branch the engine can take is built once: FP8 and bf16 pools, one
 decode split and several (and the kernel that combines them), int32 lengths (an eager
 step's plan) and int64 ones (a CUDA graph's buffer), GQA groups of 1 and 3, the FP8
-matmul's decode and prefill tiles.
+matmul's decode and prefill tiles, the FP8 quantizer and the few-token FP8 matmul.
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ SCRIPT = textwrap.dedent(
     import triton, triton.language as tl
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
-    from inference.kernels.triton import chunk_attention, decode_attention, fp8_matmul, kv_write
+    from inference.kernels.triton import (
+        chunk_attention, decode_attention, fp8_gemv, fp8_matmul, fp8_quant, kv_write,
+    )
 
     def build(fn, signature, constants):
         signature = {**signature, **dict.fromkeys(constants, "constexpr")}
@@ -30,7 +32,7 @@ SCRIPT = textwrap.dedent(
 
     strides = lambda *names: dict.fromkeys(names, "i32")
     fp8 = {"k_scale_ptr": "*fp32", "v_scale_ptr": "*fp32"}
-    for pool in ("*fp8e4nv", "*bf16"):
+    for pool in ("*u8", "*bf16"):  # an FP8 pool is written through a uint8 view
         build(
             kv_write._reshape_and_cache_kernel,
             {"key_ptr": "*bf16", "value_ptr": "*bf16", "key_cache_ptr": pool,
@@ -38,7 +40,21 @@ SCRIPT = textwrap.dedent(
              **strides("stride_kt", "stride_kh", "stride_vt", "stride_vh",
                        "stride_cache_slot", "stride_cache_head")},
             {"NUM_HEADS": 3, "BLOCK_H": 4, "HEAD_DIM": 128, "BLOCK_D": 128,
-             "IS_FP8": pool == "*fp8e4nv"},
+             "IS_FP8": pool == "*u8"},
+        )
+    build(
+        fp8_quant._per_token_quant_kernel,
+        {"x_ptr": "*bf16", "q_ptr": "*u8", "scale_ptr": "*fp32", "K": "i32",
+         **strides("stride_xm", "stride_qm")},
+        {"BLOCK_K": 1024},
+    )
+    for block_n, block_k in ((32, 128), (64, 512)):
+        build(
+            fp8_gemv._fp8_gemv_kernel,
+            {"x_ptr": "*bf16", "w_ptr": "*fp8e4nv", "s_ptr": "*fp32", "y_ptr": "*bf16",
+             "M": "i32", "N": "i32", "K": "i32", **strides("stride_xm", "stride_wn", "stride_ym")},
+            {"BLOCK_M": 16, "BLOCK_N": block_n, "BLOCK_K": block_k, "DOT_DTYPE": tl.bfloat16,
+             "DOT_PRECISION": "tf32"},
         )
     # A CUDA graph's lengths come from its int64 buffer, an eager step's plan is int32.
     for pool, lens, split in (("*fp8e4nv", "*i32", True), ("*bf16", "*i64", False)):
@@ -70,13 +86,15 @@ SCRIPT = textwrap.dedent(
                 {"GROUP": group, "HEAD_DIM": 64, "BLOCK_D": 64, "BLOCK_G": block_g,
                  "BLOCK_Q": 64 // block_g, "BLOCK_N": 64, **dots},
             )
-    for group_k, block_m in ((16, 16), (128, 64)):  # decode and prefill tiles
+    # Decode and prefill tiles; whole groups in a tile (16) and a group wider than it (128).
+    for group_k, block_m in ((16, 16), (128, 64)):
         build(
             fp8_matmul._grouped_fp8_matmul_kernel,
             {"x_ptr": "*bf16", "w_ptr": "*fp8e4nv", "s_ptr": "*fp32", "y_ptr": "*bf16",
              "M": "i32", "N": "i32", "K": "i32",
              **strides("stride_xm", "stride_wn", "stride_sn", "stride_ym")},
-            {"GROUP_K": group_k, "BLOCK_M": block_m, "BLOCK_N": 64, "BLOCK_K": 64,
+            {"GROUP_K": group_k, "GROUPS_PER_TILE": fp8_matmul.groups_per_tile(group_k, 64),
+             "BLOCK_M": block_m, "BLOCK_N": 64, "BLOCK_K": 64,
              "DOT_DTYPE": tl.bfloat16, "DOT_PRECISION": "tf32", "IS_BF16": True},
         )
     # The number of decode splits changes as contexts grow: were it compiled in, each new

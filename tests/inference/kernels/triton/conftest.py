@@ -16,10 +16,13 @@ from collections.abc import Iterator
 import pytest
 
 KERNEL_MODULES = [
+    "inference.kernels.triton.e4m3",
     "inference.kernels.triton.kv_write",
     "inference.kernels.triton.decode_attention",
     "inference.kernels.triton.chunk_attention",
     "inference.kernels.triton.fp8_matmul",
+    "inference.kernels.triton.fp8_gemv",
+    "inference.kernels.triton.fp8_quant",
     "inference.kernels.triton.backend",
 ]
 

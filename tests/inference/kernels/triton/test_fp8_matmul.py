@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from inference.kernels.triton.fp8_matmul import grouped_fp8_matmul
+from inference.kernels.triton.fp8_matmul import default_tiles, grouped_fp8_matmul, groups_per_tile
 from inference.model.quant.fp8_math import (
     dequantize_weight_fp8,
     grouped_fp8_linear,
@@ -20,6 +20,9 @@ from inference.model.quant.fp8_math import (
         (5, 100, 96, 16),
         (33, 64, 200, 128),  # a ragged last group (72 of 128 columns) and partial K tile
         (3, 70, 576, 16),  # SmolLM2's hidden size: 36 groups
+        (2, 48, 320, 128),  # a 128-column tile per group (block-wise checkpoints); ragged
+        (4, 40, 200, 64),  # one group a tile, the last one ragged
+        (20, 24, 96, 32),  # prefill-sized tiles of tokens, two groups a tile
     ],
 )
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -64,3 +67,14 @@ def test_grouped_fp8_matmul_keeps_leading_dims_and_checks_its_inputs() -> None:
         grouped_fp8_matmul(x, q.float(), scale, 16)
     with pytest.raises(ValueError, match="features"):
         grouped_fp8_matmul(torch.randn(3, 16), q, scale, 16)
+
+
+def test_default_tiles_hold_whole_groups() -> None:
+    assert default_tiles(16, 1) == (16, 64, 64)  # four groups a tile
+    assert default_tiles(128, 1) == (16, 32, 128)  # one group a tile, narrow at decode
+    assert default_tiles(128, 300) == (64, 64, 128)
+    assert default_tiles(512, 1) == (16, 64, 64)  # wider than any tile: column by column
+    assert default_tiles(96, 1) == (16, 64, 64)  # not a power of two
+    assert groups_per_tile(16, 64) == 4 and groups_per_tile(128, 128) == 1
+    assert groups_per_tile(512, 64) == 0 and groups_per_tile(48, 96) == 0
+    assert groups_per_tile(16, 48) == 0  # three groups: not a power of two

@@ -41,18 +41,19 @@ def test_model_dtype_pools_match_the_torch_path_exactly(dtype: torch.dtype) -> N
 def test_fp8_pools_store_scaled_clamped_e4m3(dtype: torch.dtype) -> None:
     key, value = new_kv(12, dtype, seed=2)
     key[0, 0, :4] = torch.tensor([1e4, -1e4, 448 * K_SCALE, 0.0])  # beyond e4m3: clamped
+    # Too small for e4m3 (-0 keeps its sign bit), and subnormals: 3 and 7 units of 2**-9.
+    key[0, 0, 4:7] = torch.tensor([-1e-7, 3 * 2**-9, -7 * 2**-9]) * K_SCALE
     slots = torch.randperm(NUM_BLOCKS * BLOCK_SIZE)[:12]
     expected = empty_cache(NUM_BLOCKS, BLOCK_SIZE, NUM_KV_HEADS, HEAD_DIM, FP8_KV_DTYPE)
     actual = empty_cache(NUM_BLOCKS, BLOCK_SIZE, NUM_KV_HEADS, HEAD_DIM, FP8_KV_DTYPE)
     TorchAttentionBackend().write_kv(key, value, expected, slots)
     TritonAttentionBackend().write_kv(key, value, actual, slots)
     for got, want in zip(actual, expected, strict=True):
-        got, want = got.float(), want.float()
-        assert torch.isfinite(got).all()
-        # Both divide in float32 (IEEE), then round once to nearest even.
-        assert torch.equal(got, want)
-    stored_key = actual[0].view(-1, NUM_KV_HEADS, HEAD_DIM)[slots[0], 0, :4].float()
-    assert stored_key.tolist() == [448.0, -448.0, 448.0, 0.0]
+        assert torch.isfinite(got.float()).all()
+        # Both divide in float32 (IEEE), then round once to nearest even: the same bytes.
+        assert torch.equal(got.view(torch.uint8), want.view(torch.uint8))
+    stored_key = actual[0].view(-1, NUM_KV_HEADS, HEAD_DIM)[slots[0], 0, :7]
+    assert stored_key.view(torch.uint8).tolist() == [0x7E, 0xFE, 0x7E, 0x00, 0x80, 0x03, 0x87]
     dequantized = actual[1].view(-1, NUM_KV_HEADS, HEAD_DIM)[slots].float() * V_SCALE
     torch.testing.assert_close(dequantized, value.float(), rtol=0.07, atol=V_SCALE * 2**-6)
 
