@@ -21,13 +21,8 @@ from inference import LLM, SamplingParams
 from inference.engine.draft_proposer import DraftProposer
 from inference.engine.llm_engine import LLMEngine
 from tests.inference.checkpoints import BOS_ID, EOS_ID, PAD_ID, make_checkpoint
+from tests.inference.engine.speculative_case import PROMPTS, greedy, make_llm, tokens
 
-PROMPTS = [
-    "the operator measures the bore, the operator measures the bore, the operator measures",
-    "a b c d e a b c d e a b c d e a b",
-    "quality manuals describe every inspection step. quality manuals describe",
-    "hello",
-]
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "generation_config.json")
 
 
@@ -64,28 +59,9 @@ def draft(target: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return small_llama(tmp_path_factory.mktemp("draft"), target)
 
 
-def make_llm(path: Path, **kwargs: Any) -> LLM:
-    options: dict[str, Any] = {
-        "dtype": "float32",
-        "max_model_len": 256,
-        "kv_cache_memory_bytes": 8 << 20,
-        "progress": False,
-    }
-    options.update(kwargs)
-    return LLM(str(path), **options)
-
-
 @pytest.fixture(scope="module")
 def plain(target: Path) -> LLM:
     return make_llm(target)
-
-
-def greedy(max_tokens: int = 40, **kw: Any) -> SamplingParams:
-    return SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True, **kw)
-
-
-def tokens(outputs: list[Any]) -> list[list[int]]:
-    return [list(c.token_ids) for o in outputs for c in o.outputs]
 
 
 def proposer_of(llm: LLM) -> DraftProposer:
@@ -128,15 +104,15 @@ def proposer_of_engine(engine: LLMEngine) -> DraftProposer:
 def test_greedy_is_token_identical_with_a_small_draft_and_with_itself(
     target: Path, draft: Path, plain: LLM, k: int
 ) -> None:
-    expected = tokens(plain.generate(PROMPTS, greedy()))
+    expected = tokens(plain.generate(PROMPTS, greedy(40)))
     for draft_path in (draft, target):
         spec = make_llm(
             target, speculative="draft", draft_model=str(draft_path), num_speculative_tokens=k
         )
         assert spec.engine.spec is not None
         stats = spec.engine.spec.stats
-        alone = [tokens(spec.generate([p], greedy()))[0] for p in PROMPTS]
-        batched = tokens(spec.generate(PROMPTS, greedy()))
+        alone = [tokens(spec.generate([p], greedy(40)))[0] for p in PROMPTS]
+        batched = tokens(spec.generate(PROMPTS, greedy(40)))
         assert alone == expected and batched == expected
         assert stats.num_proposed_tokens > 0
         if draft_path == target:  # the target drafting for itself: all accepted

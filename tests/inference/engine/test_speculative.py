@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -16,14 +15,7 @@ from inference import LLM, SamplingParams
 from inference.engine.scheduler import Scheduler
 from inference.grammar import Constraint
 from tests.inference.checkpoints import make_checkpoint
-
-# Repetitive prompts: the n-gram proposer finds their n-grams again and again.
-PROMPTS = [
-    "the operator measures the bore, the operator measures the bore, the operator measures",
-    "a b c d e a b c d e a b c d e a b",
-    "quality manuals describe every inspection step. quality manuals describe",
-    "hello",
-]
+from tests.inference.engine.speculative_case import PROMPTS, greedy, make_llm, tokens
 
 
 @pytest.fixture(scope="module")
@@ -31,28 +23,9 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_checkpoint("llama", tmp_path_factory.mktemp("llama"))
 
 
-def make_llm(path: Path, **kwargs: Any) -> LLM:
-    options: dict[str, Any] = {
-        "dtype": "float32",
-        "max_model_len": 256,
-        "kv_cache_memory_bytes": 8 << 20,
-        "progress": False,
-    }
-    options.update(kwargs)
-    return LLM(str(path), **options)
-
-
 @pytest.fixture(scope="module")
 def plain(checkpoint: Path) -> LLM:
     return make_llm(checkpoint)
-
-
-def greedy(max_tokens: int = 48, **kw: Any) -> SamplingParams:
-    return SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True, **kw)
-
-
-def tokens(outputs: list[Any]) -> list[list[int]]:
-    return [list(c.token_ids) for o in outputs for c in o.outputs]
 
 
 def check_no_blocks_held(llm: LLM) -> None:
