@@ -6,6 +6,11 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from inference.openmp import configure_openmp_waiting
+
+# The worker and the benchmarks: before anything here imports torch (see inference/openmp.py).
+configure_openmp_waiting()
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m inference")
