@@ -17,6 +17,8 @@ blocks) load that way, each block's scale repeated over its rows.
   quantized to e4m3 under its own scale (dynamic, per token) or under the checkpoint's
   static ``input_scale``. Whether it runs is probed once, when the device profile is
   chosen (`inference/kernels/profile.py`, `use_paths`); a layer never changes path later.
+  Where Triton runs too, one kernel quantizes the activations (`fp8_quant.py`), and up to
+  MAX_GEMV_TOKENS tokens of a dynamic layer take the weight-only `fp8_gemv.py` instead.
 
 `quantize_model_fp8` (in `apply.py`) swaps every `FusedLinear` of a loaded model for an
 `Fp8Linear`, the shape of gpt-fast's weight-only int8 handler. Quantizing, dequantizing
