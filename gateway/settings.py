@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args, get_type_hints
 
+from gateway.domain.workers.worker_args import WorkerArgsError, parse_worker_args
 from inference.secret_env import FILE_SUFFIX, SecretFileError, secret_from_env
 
 PREFIX = "ENCLAVE_"
@@ -103,6 +104,10 @@ class Settings:
     # Comma-separated names of variables the embedded worker gets from the gateway's
     # environment beyond its allow-list (see docs/workers-routing.md).
     worker_env: str = ""
+    # Further options for the embedded worker's `python -m inference serve`, split as a shell
+    # would, e.g. "--quantization fp8 --step-time-budget-ms 0"; checked at start-up with the
+    # worker's own parser. The model, address, name and token are the gateway's to set.
+    worker_args: str = ""
     # How often every worker's /ready and /v1/models are checked.
     health_interval_ms: int = 2000
     # How long the gateway waits on a worker's answer (504 after).
@@ -165,6 +170,11 @@ class Settings:
                     raise SettingsError(
                         f"{env_name('processes')} > 1 needs {env_name(name)}: {why}"
                     )
+        if self.worker_args:
+            try:
+                parse_worker_args(self.worker_args)
+            except WorkerArgsError as exc:
+                raise SettingsError(f"{env_name('worker_args')}: {exc}") from None
         for name in self.worker_env_names:
             if name.startswith(PREFIX):
                 raise SettingsError(
@@ -220,6 +230,10 @@ class Settings:
     @property
     def worker_urls(self) -> list[str]:
         return [u.strip().rstrip("/") for u in self.workers.split(",") if u.strip()]
+
+    @property
+    def worker_arg_list(self) -> list[str]:
+        return parse_worker_args(self.worker_args)
 
     @property
     def worker_env_names(self) -> list[str]:

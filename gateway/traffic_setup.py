@@ -23,6 +23,7 @@ def embedded_supervisor(settings: Settings) -> WorkerSupervisor:
         settings.worker_port,
         embedded_worker_token(settings),
         log_dir=settings.data_dir,
+        extra_args=settings.worker_arg_list,
         extra_env_names=settings.worker_env_names,
         cache_dir=(settings.data_dir / "cache").resolve(),
     )
