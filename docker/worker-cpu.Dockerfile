@@ -23,8 +23,11 @@ COPY inference/ inference/
 RUN pip install -e . \
     && python -c "import sys, torch; sys.exit('expected the CPU build of torch' if torch.version.cuda else 0)"
 COPY scripts/fetch-demo-model.sh scripts/
-# The models volume takes this directory's owner when it is first mounted.
-RUN install -d -o enclave -g enclave -m 0700 /models
+# The models and cache volumes take these directories' owner when first mounted. /cache
+# holds the start-up caches (prepared weights, compiled kernels): a recreated container
+# starts warm.
+RUN install -d -o enclave -g enclave -m 0700 /models /cache
+ENV INFERENCE_CACHE_DIR=/cache
 USER 10001:10001
 EXPOSE 8100
 HEALTHCHECK --interval=10s --timeout=5s --start-period=300s --retries=3 \

@@ -24,8 +24,11 @@ RUN pip install --index-url https://download.pytorch.org/whl/cu128 torch==2.13.0
 COPY pyproject.toml README.md ./
 COPY gateway/ gateway/
 COPY inference/ inference/
+# The models and cache volumes take these directories' owner when first mounted; /cache
+# holds the start-up caches (prepared weights, compiled kernels).
 RUN pip install -e . \
-    && install -d -o enclave -g enclave -m 0700 /models
+    && install -d -o enclave -g enclave -m 0700 /models /cache
+ENV INFERENCE_CACHE_DIR=/cache
 USER 10001:10001
 EXPOSE 8100
 HEALTHCHECK --interval=10s --timeout=5s --start-period=900s --retries=3 \

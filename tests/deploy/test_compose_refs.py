@@ -108,9 +108,25 @@ def test_the_cpu_worker_serves_the_file_fetch_model_writes() -> None:
     assert "scripts/fetch-demo-model.sh" in (cm.ROOT / "Makefile").read_text()  # make run's
     volume = {v.split(":")[0]: v.split(":")[1] for v in worker["volumes"]}
     assert {v.split(":")[0]: v.split(":")[1] for v in fetch["volumes"]} == {"models": directory}
-    assert volume == {"models": directory}
     image = (DOCKER / "worker-cpu.Dockerfile").read_text()
+    # The start-up caches: the volume sits where the image points INFERENCE_CACHE_DIR.
+    (cache,) = re.findall(r"^ENV INFERENCE_CACHE_DIR=(\S+)$", image, re.M)
+    assert volume == {"models": directory, "worker_cache": cache}
     assert "COPY scripts/fetch-demo-model.sh scripts/" in image and "WORKDIR /app" in image
+
+
+def test_both_workers_keep_their_start_up_caches_in_a_volume_their_user_owns() -> None:
+    for profile, service, dockerfile in (
+        ("cpu", "worker-cpu", "worker-cpu.Dockerfile"),
+        ("gpu", "worker-gpu", "worker-cuda.Dockerfile"),
+    ):
+        worker = cm.resolved(profile)["services"][service]
+        image = (DOCKER / dockerfile).read_text()
+        (cache,) = re.findall(r"^ENV INFERENCE_CACHE_DIR=(\S+)$", image, re.M)
+        assert f"worker_cache:{cache}:rw" in [str(v) for v in worker["volumes"]]
+        # A named volume takes the owner of the directory it is first mounted on.
+        assert re.search(rf"install -d -o enclave -g enclave -m 0700 .*{cache}", image)
+        assert "worker_cache" in cm.resolved(profile)["volumes"]
 
 
 def _scrape_targets() -> dict[str, list[str]]:

@@ -66,6 +66,7 @@ def test_the_gpu_overlay_asks_for_gpus_and_the_cpu_one_does_not() -> None:
     assert {m["mountPath"] for m in worker["volumeMounts"]} == {
         "/run/secrets",
         "/models",
+        "/cache",
         "/dev/shm",
     }
     cpu = k.pod_spec(k.find(k.overlay("cpu"), "Deployment", "enclave-worker"))
@@ -114,7 +115,8 @@ def test_ports_probes_and_services_agree_with_the_processes(overlay: str) -> Non
         assert gateway[probe]["httpGet"] == {"path": "/health", "port": port}
     assert k.find(resources, "Service", "enclave-gateway")["spec"]["ports"][0]["targetPort"] == port
 
-    worker = k.pod_spec(k.find(resources, "Deployment", "enclave-worker"))["containers"][0]
+    worker_deployment = k.find(resources, "Deployment", "enclave-worker")
+    worker = k.pod_spec(worker_deployment)["containers"][0]
     command = worker["command"]
     worker_port = int(command[command.index("--port") + 1])
     assert command[command.index("--host") + 1] == "0.0.0.0"
@@ -128,7 +130,14 @@ def test_ports_probes_and_services_agree_with_the_processes(overlay: str) -> Non
     assert config["ENCLAVE_WORKERS"] == f"http://enclave-worker:{service['ports'][0]['port']}"
     # The worker's token: the variable --api-key-env names, from the gateway's secret file.
     token_var = command[command.index("--api-key-env") + 1]
-    assert worker["env"] == [{"name": token_var + "_FILE", "value": "/run/secrets/worker_token"}]
+    assert worker["env"] == [
+        {"name": token_var + "_FILE", "value": "/run/secrets/worker_token"},
+        {"name": "INFERENCE_CACHE_DIR", "value": "/cache"},
+    ]
+    # The start-up caches live on a volume of the pod (a restarted container starts warm).
+    mounts = {m["mountPath"]: m["name"] for m in worker["volumeMounts"]}
+    volumes = {v["name"]: v for v in k.pod_spec(worker_deployment)["volumes"]}
+    assert "emptyDir" in volumes[mounts["/cache"]]
     assert config["ENCLAVE_WORKER_TOKEN_FILE"] == "/run/secrets/worker_token"
 
 
