@@ -78,6 +78,8 @@ def read_checkpoint(path: Path) -> tuple[ArchConfig, Weights, Callable[[str], li
         encode = Tokenizer.from_dir(path).encode
     weights: Weights = {}
     for name, tensor in tensors:
+        if not isinstance(tensor, torch.Tensor):  # read without keep_quantized: never
+            raise ValueError(f"{name} is still quantized; the reference needs float weights")
         if tensor.dtype == torch.float8_e4m3fn or name.endswith("weight_scale"):
             raise ValueError(f"{path} is already FP8; give the bf16 (or GGUF) checkpoint")
         weights[name] = tensor.float()

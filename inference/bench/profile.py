@@ -25,7 +25,11 @@ PHASES = ("schedule", "inputs", "forward", "logits", "sample", "post")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="HF directory or .gguf file")
     parser.add_argument("--dtype", default="bfloat16")
-    parser.add_argument("--quantization", choices=["fp8"], help="quantize the weights at load")
+    parser.add_argument(
+        "--quantization",
+        choices=["fp8", "gguf"],  # inference.model.quant.QUANTIZATIONS, without importing torch
+        help="fp8: quantized at load; gguf: a GGUF file's Q4_0/Q4_1/Q8_0 kept as they are",
+    )
     parser.add_argument("--batch", type=int, default=64, help="the larger decode batch")
     parser.add_argument("--prompt-len", type=int, default=64, help="each decoding prompt")
     parser.add_argument("--prefill-tokens", type=int, default=512, help="the prefill chunk")

@@ -23,7 +23,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output-len", type=int, default=128)
     parser.add_argument("--prefix-len", type=int, default=0, help="tokens shared by all prompts")
     parser.add_argument("--dtype", default="bfloat16")
-    parser.add_argument("--quantization", choices=["fp8"], help="quantize the weights at load")
+    parser.add_argument(
+        "--quantization",
+        choices=["fp8", "gguf"],  # inference.model.quant.QUANTIZATIONS, without importing torch
+        help="fp8: quantized at load; gguf: a GGUF file's Q4_0/Q4_1/Q8_0 kept as they are",
+    )
     parser.add_argument("--max-num-seqs", type=int, default=64)
     parser.add_argument("--max-num-batched-tokens", type=int, default=2048)
     parser.add_argument(

@@ -29,8 +29,10 @@ class LoadedModel:
 def load_engine_model(config: EngineConfig, device: torch.device) -> LoadedModel:
     """Load ``config.model`` on ``device`` as the engine runs it."""
     is_gguf = config.model.endswith(".gguf")
-    if is_gguf and config.cache_dir is not None and config.tensor_parallel_size == 1:
-        # Through the start-up cache of prepared weights (filled on a miss).
+    kept = config.quantization == "gguf"
+    if is_gguf and config.cache_dir is not None and config.tensor_parallel_size == 1 and not kept:
+        # Through the start-up cache of prepared weights (filled on a miss). Weights kept
+        # quantized are not cached: they are read as they are in the file, no slower.
         prepared = load_gguf(
             Path(config.model),
             Path(config.cache_dir),
@@ -45,7 +47,7 @@ def load_engine_model(config: EngineConfig, device: torch.device) -> LoadedModel
     gguf = None
     if is_gguf:
         with phase("gguf_metadata"):
-            gguf = read_gguf(config.model)
+            gguf = read_gguf(config.model, keep_quantized=kept)
     if config.tensor_parallel_size > 1:
         tp = TensorParallelGroup.start(config, device, gguf)
         try:

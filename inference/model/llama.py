@@ -32,6 +32,8 @@ from inference.model.layers.norm import RMSNorm
 from inference.model.layers.rotary import RotaryEmbedding, apply_rotary
 from inference.model.quant.fp8 import Fp8Linear
 from inference.model.quant.fp8_embedding import Fp8Embedding
+from inference.model.quant.group_linear import GroupQuantWeights
+from inference.model.quant.group_math import GroupQuantized
 from inference.model.weights import load_named_weights
 
 PREPACK_THREADS = 4  # at most, for prepacking the linear weights at start-up
@@ -198,10 +200,11 @@ class LlamaForCausalLM(nn.Module):
         return normed
 
     def set_layer_kernels(self, kernels: CpuLayerKernels | None) -> None:
-        """Let the norms, rotary, SiLU-and-multiply and FP8 dequantizing run the fused CPU
-        kernels (None: off)."""
+        """Let the norms, rotary, SiLU-and-multiply, FP8 dequantizing and group-quantized
+        matmuls run the fused CPU kernels (None: off)."""
+        users = (RMSNorm, LlamaAttention, LlamaMLP, Fp8Linear, Fp8Embedding, GroupQuantWeights)
         for module in self.modules():
-            if isinstance(module, RMSNorm | LlamaAttention | LlamaMLP | Fp8Linear | Fp8Embedding):
+            if isinstance(module, users):
                 module.kernels = kernels
 
     def set_attention_backend(self, backend: AttentionBackend[Any]) -> None:
@@ -248,6 +251,6 @@ class LlamaForCausalLM(nn.Module):
             return len(layers) + 1
         return len(layers)
 
-    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor | GroupQuantized]]) -> None:
         """Load Hugging Face-named tensors; raise ValueError on missing/unexpected/bad shape."""
         load_named_weights(self, weights, tied=self.config.tie_word_embeddings)

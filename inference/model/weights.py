@@ -9,9 +9,13 @@ from torch import nn
 
 from inference.model.layers.linear import FusedLinear
 from inference.model.quant.fp8 import Fp8Linear
+from inference.model.quant.group_linear import GroupQuantEmbedding, GroupQuantLinear
+from inference.model.quant.group_math import GroupQuantized, dequantize
 
 # Layers whose rows are filled shard by shard through `load_shard`.
-SHARDED_LINEARS = (FusedLinear, Fp8Linear)
+SHARDED_LINEARS = (FusedLinear, Fp8Linear, GroupQuantLinear)
+# Layers that take `GroupQuantized` tensors (through `load_shard`).
+QUANTIZED_LAYERS = (GroupQuantLinear, GroupQuantEmbedding)
 
 # Checkpoint module name -> (our fused module name, shard index).
 FUSED_MODULES: dict[str, tuple[str, int]] = {
@@ -56,7 +60,7 @@ def _expected(model: nn.Module) -> dict[tuple[str, int], str]:
 
 
 def load_named_weights(
-    model: nn.Module, weights: Iterable[tuple[str, torch.Tensor]], *, tied: bool
+    model: nn.Module, weights: Iterable[tuple[str, torch.Tensor | GroupQuantized]], *, tied: bool
 ) -> None:
     expected = _expected(model)
     modules = dict(model.named_modules())
@@ -71,6 +75,13 @@ def load_named_weights(
             raise ValueError(f"tensor {name} appears twice in checkpoint")
         module_name, _, param_name = target.rpartition(".")
         module = modules[module_name]
+        if isinstance(module, QUANTIZED_LAYERS):
+            module.load_shard(param_name, shard, tensor, name)
+            loaded.add((target, shard))
+            continue
+        if isinstance(tensor, GroupQuantized):  # a layer kept in floats (its shards differ)
+            tensor.check(name)
+            tensor = dequantize(tensor)
         with torch.no_grad():
             if isinstance(module, SHARDED_LINEARS):
                 module.load_shard(param_name, shard, tensor, name)

@@ -17,6 +17,7 @@ import uvicorn
 
 from inference.cache_dir import ENV as CACHE_ENV
 from inference.cache_dir import default_cache_dir
+from inference.model.quant import QUANTIZATIONS
 from inference.secret_env import secret_from_env
 
 log = logging.getLogger("inference.server")
@@ -52,7 +53,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="auto, float32, bfloat16 or float16: the weights' and activations' type",
     )
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
-    parser.add_argument("--quantization", choices=["fp8"], help="FP8 linear weights")
+    parser.add_argument(
+        "--quantization",
+        choices=QUANTIZATIONS,
+        help="fp8: FP8 linear weights; gguf: keep a GGUF file's Q4_0/Q4_1/Q8_0 weights as they are",
+    )
     parser.add_argument(
         "--kv-cache-dtype",
         choices=["auto", "fp8"],

@@ -53,6 +53,7 @@ SOURCE_FLAGS = {
     "paged_decode": (),
     "layers": ("-ffp-contract=off", "-mprefer-vector-width=512"),
     "fp8_linear": (),
+    "quant_linear": (),
 }
 
 _p, _i64, _i32, _f32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
@@ -76,6 +77,13 @@ SIGNATURES: dict[str, dict[str, list[type[Any]]]] = {
         "fp8_linear_available": [],
         # x, its stride, M, q, scale, N, K, groups, group size, out, threads
         "fp8_linear": [_p, _i64, _i64, _p, _p, _i64, _i32, _i32, _i32, _p, _i32],
+    },
+    "quant_linear": {
+        "quant_linear_available": [],
+        # x, its stride, bf16?, M, codes, scale, offset, N, K, bits, group size, out, threads
+        "quant_linear": [_p, _i64, _i32, _i64, _p, _p, _p, _i64, _i32, _i32, _i32, _p, _i32],
+        # codes, scale, offset, N, K, bits, group size, out, bf16?, threads
+        "quant_dequantize": [_p, _p, _p, _i64, _i32, _i32, _i32, _p, _i32, _i32],
     },
 }
 

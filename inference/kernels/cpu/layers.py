@@ -6,7 +6,8 @@ the CPU, and fall back to their torch code for anything else. Each kernel rounds
 torch code rounds (see layers.c), so both give the same results up to float32 ordering.
 FP8 layers dequantize their e4m3 weights through `dequantize_fp8` (the same values as
 torch's conversion, about nine times faster on the CPU), and for a few rows multiply
-through `fp8_linear` (fp8_linear.py) without a dequantized copy.
+through `fp8_linear` (fp8_linear.py) without a dequantized copy. Group-quantized (4- and
+8-bit) layers multiply through `quant` (quant_linear.py).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import torch
 
 from inference.kernels.cpu.build import KernelBuildError, load_library
 from inference.kernels.cpu.fp8_linear import Fp8LinearKernel, load_fp8_linear
+from inference.kernels.cpu.quant_linear import QuantLinearKernel, load_quant_linear
 
 log = logging.getLogger("inference.kernels")
 
@@ -27,16 +29,26 @@ _DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1}
 def load_layer_kernels(extra_flags: tuple[str, ...] = ()) -> CpuLayerKernels | None:
     """The kernels, or None (logged) where layers.c cannot be built."""
     try:
-        return CpuLayerKernels(load_library("layers", extra_flags), load_fp8_linear(extra_flags))
+        return CpuLayerKernels(
+            load_library("layers", extra_flags),
+            load_fp8_linear(extra_flags),
+            load_quant_linear(extra_flags),
+        )
     except KernelBuildError as error:
         log.warning("fused CPU layer kernels unavailable, using torch ops: %s", error)
         return None
 
 
 class CpuLayerKernels:
-    def __init__(self, library: ctypes.CDLL, fp8: Fp8LinearKernel | None = None) -> None:
+    def __init__(
+        self,
+        library: ctypes.CDLL,
+        fp8: Fp8LinearKernel | None = None,
+        quant: QuantLinearKernel | None = None,
+    ) -> None:
         self._lib = library
         self.fp8 = fp8
+        self.quant = quant
 
     @staticmethod
     def accepts(*tensors: torch.Tensor) -> bool:

@@ -15,6 +15,7 @@ from inference.model.loader.hf import HFCheckpoint, checkpoint_dtype
 from inference.model.loader.safetensors import read_header
 from inference.model.quant import QUANTIZATIONS, quantize_model_fp8
 from inference.model.quant.checkpoint import Fp8Checkpoint, inspect_fp8_checkpoint
+from inference.model.quant.group_math import GroupQuantized
 from inference.model.registry import model_class_for
 
 if TYPE_CHECKING:
@@ -63,33 +64,52 @@ def load_model(
     ``quantization="fp8"`` quantizes the decoder's linear layers once loaded. A checkpoint
     already in FP8 loads as it is, whatever ``quantization`` says; its KV cache scales,
     if any, are left on the model (see `checkpoint_kv_scales`).
+
+    ``quantization="gguf"`` keeps a GGUF file's Q4_0, Q4_1 and Q8_0 matrices as they are
+    in the file (group-quantized layers, never a float copy); a given ``gguf`` must have
+    been read with ``keep_quantized``. Other checkpoints are refused with that setting.
     """
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise ValueError(f"unknown quantization {quantization!r}; use {', '.join(QUANTIZATIONS)}")
     path = Path(path)
     device = torch.device(device)
-    tensors: Iterable[tuple[str, torch.Tensor]]
+    tensors: Iterable[tuple[str, torch.Tensor | GroupQuantized]]
     fp8: Fp8Checkpoint | None = None
     if gguf is not None or path.suffix == ".gguf":
         from inference.model.loader.gguf import read_gguf  # the GGUF reader is optional
 
-        gguf = gguf or read_gguf(path)
+        gguf = gguf or read_gguf(path, keep_quantized=quantization == "gguf")
+        if quantization == "gguf" and not gguf.kept:
+            raise ValueError(
+                f"--quantization gguf keeps Q4_0, Q4_1 and Q8_0 tensors quantized, and "
+                f"{path.name} has none to keep (or was read without keep_quantized)"
+            )
         hf_config, tensors, total = gguf.hf_config, gguf.tensors, gguf.num_tensors
+    elif quantization == "gguf":
+        raise ValueError(
+            f"--quantization gguf applies to .gguf files; {path.name} is a Hugging Face "
+            "checkpoint (use no --quantization, or fp8)"
+        )
     else:
         checkpoint = HFCheckpoint(path)
-        hf_config, tensors, total = checkpoint.config, checkpoint.tensors(), checkpoint.num_tensors
+        hf_config, total = checkpoint.config, checkpoint.num_tensors
         headers = (
             (name, str(info.get("dtype")))
             for file in checkpoint.files
             for name, info in read_header(file).items()
         )
         fp8 = inspect_fp8_checkpoint(hf_config, headers)
+        # Lazy: the FP8 filter keeps KV cache scales aside as the tensors stream.
+        tensors = checkpoint.tensors() if fp8 is None else fp8.filter_tensors(checkpoint.tensors())
     config = ArchConfig.from_hf_config(hf_config)
     model_dtype = resolve_dtype(dtype, hf_config, device)
     model = model_class_for(config)(config, model_dtype, device)
     if fp8 is not None:
         fp8.prepare(model)
-        tensors = fp8.filter_tensors(tensors)
+    if gguf is not None and gguf.kept:
+        from inference.model.quant.group_apply import prepare_group_quant
+
+        prepare_group_quant(model, gguf.kept)
     model.load_weights(_with_progress(tensors, total, path.name, progress))
     if fp8 is not None:
         setattr(model, KV_SCALES_ATTRIBUTE, fp8.layer_kv_scales(config.num_layers))
@@ -99,8 +119,11 @@ def load_model(
 
 
 def _with_progress(
-    tensors: Iterable[tuple[str, torch.Tensor]], total: int | None, label: str, enabled: bool
-) -> Iterator[tuple[str, torch.Tensor]]:
+    tensors: Iterable[tuple[str, torch.Tensor | GroupQuantized]],
+    total: int | None,
+    label: str,
+    enabled: bool,
+) -> Iterator[tuple[str, torch.Tensor | GroupQuantized]]:
     bar = tqdm(total=total, desc=f"loading {label}", unit="tensor", disable=not enabled)
     with bar:
         for item in tensors:

@@ -8,7 +8,7 @@ a memory map and dequantized to float32 one at a time.
 
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from tokenizers import Tokenizer
 
 from inference.model.loader.gguf_tensors import plan_tensors
 from inference.model.loader.gguf_tokenizer import build_tokenizer, build_tokenizer_config
+from inference.model.quant.group_math import GroupQuantized
 
 # general.architecture -> HF architecture name, and whether llama.cpp permuted Q/K rows.
 ARCHITECTURES = {
@@ -33,11 +34,13 @@ class GGUFCheckpoint:
     """A GGUF file's contents in Hugging Face shape (see `read_gguf`)."""
 
     hf_config: dict[str, Any]
-    tensors: Iterator[tuple[str, torch.Tensor]]
+    tensors: Iterator[tuple[str, torch.Tensor | GroupQuantized]]
     num_tensors: int
     tokenizer: Tokenizer
     tokenizer_config: dict[str, Any]
     generation_config: dict[str, Any]
+    # HF names of the tensors handed over quantized -> (bits, group size); see read_gguf.
+    kept: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 def _field_value(field: ReaderField) -> Any:
@@ -164,8 +167,12 @@ def _apply_rope_freqs(hf_config: dict[str, Any], reader: GGUFReader) -> None:
     hf_config["rope_parameters"] = {"rope_theta": hf_config["rope_theta"], **scaling}
 
 
-def read_gguf(path: str | Path) -> GGUFCheckpoint:
-    """Open a .gguf file; ValueError if it is not a complete GGUF of a model we can run."""
+def read_gguf(path: str | Path, *, keep_quantized: bool = False) -> GGUFCheckpoint:
+    """Open a .gguf file; ValueError if it is not a complete GGUF of a model we can run.
+
+    ``keep_quantized``: its Q4_0, Q4_1 and Q8_0 matrices are handed over as they are
+    (`GroupQuantized`, listed in ``kept``), not dequantized.
+    """
     path = Path(path)
     reader = _open_reader(path)
     metadata = {name: _field_value(field) for name, field in reader.fields.items()}
@@ -177,6 +184,7 @@ def read_gguf(path: str | Path) -> GGUFCheckpoint:
         query_heads=hf_config["num_attention_heads"],
         key_value_heads=hf_config["num_key_value_heads"],
         unpermute_rotary=ARCHITECTURES[arch][1],
+        keep_quantized=keep_quantized,
     )
     generation_config = {
         key: hf_config[key]
@@ -190,4 +198,5 @@ def read_gguf(path: str | Path) -> GGUFCheckpoint:
         tokenizer=build_tokenizer(metadata),
         tokenizer_config=build_tokenizer_config(metadata),
         generation_config=generation_config,
+        kept=plan.kept,
     )

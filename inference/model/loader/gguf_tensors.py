@@ -1,4 +1,5 @@
-"""GGUF tensors as Hugging Face tensors: llama.cpp names mapped back, dequantized to float32.
+"""GGUF tensors as Hugging Face tensors: llama.cpp names mapped back, dequantized to float32
+(or, asked to keep them quantized, Q4_0/Q4_1/Q8_0 matrices as `GroupQuantized`).
 
 llama.cpp's converter permutes the Q and K projection rows of Llama checkpoints so that its
 rotary kernel can rotate adjacent pairs; Hugging Face rotates the two halves of each head.
@@ -13,6 +14,9 @@ import numpy as np
 import torch
 from gguf import GGMLQuantizationType, ReaderTensor
 from gguf.quants import dequantize
+
+from inference.model.loader.gguf_quant import group_quantized, kept_format
+from inference.model.quant.group_math import GroupQuantized
 
 SUPPORTED_TENSOR_TYPES = frozenset(
     {
@@ -93,25 +97,48 @@ def dequantize_tensor(tensor: ReaderTensor) -> np.ndarray:
     return np.ascontiguousarray(values, dtype=np.float32).reshape(shape)
 
 
+def rotary_row_order(rows: int, num_heads: int) -> torch.Tensor:
+    """The row indices `unpermute_rotary_rows` moves each row from."""
+    order = unpermute_rotary_rows(np.arange(rows).reshape(rows, 1), num_heads)
+    return torch.from_numpy(np.ascontiguousarray(order[:, 0]))
+
+
 @dataclass(frozen=True)
 class TensorPlan:
-    """Which GGUF tensors become which HF tensors, and which need their rotary rows undone."""
+    """Which GGUF tensors become which HF tensors, and which need their rotary rows undone.
+
+    ``kept``: HF names of the tensors handed over as `GroupQuantized` (bits, group size)
+    instead of float32; empty unless the file was read to keep them quantized.
+    """
 
     entries: tuple[tuple[str, ReaderTensor], ...]
     query_heads: int
     key_value_heads: int
     unpermute_rotary: bool
+    kept: dict[str, tuple[int, int]]
 
     def __len__(self) -> int:
         return len(self.entries)
 
-    def __iter__(self) -> Iterator[tuple[str, torch.Tensor]]:
+    def _rotary_heads(self, hf_name: str) -> int | None:
+        if self.unpermute_rotary and hf_name.endswith("q_proj.weight"):
+            return self.query_heads
+        if self.unpermute_rotary and hf_name.endswith("k_proj.weight"):
+            return self.key_value_heads
+        return None
+
+    def __iter__(self) -> Iterator[tuple[str, torch.Tensor | GroupQuantized]]:
         for hf_name, tensor in self.entries:
+            heads = self._rotary_heads(hf_name)
+            if hf_name in self.kept:
+                packed = group_quantized(tensor)
+                if heads is not None:
+                    packed = packed.select_rows(rotary_row_order(packed.rows, heads))
+                yield hf_name, packed
+                continue
             values = dequantize_tensor(tensor)
-            if self.unpermute_rotary and hf_name.endswith("q_proj.weight"):
-                values = unpermute_rotary_rows(values, self.query_heads)
-            elif self.unpermute_rotary and hf_name.endswith("k_proj.weight"):
-                values = unpermute_rotary_rows(values, self.key_value_heads)
+            if heads is not None:
+                values = unpermute_rotary_rows(values, heads)
             if not values.flags.writeable:
                 # F32 tensors are views of the read-only memory map; torch wants its own copy.
                 values = values.copy()
@@ -119,15 +146,27 @@ class TensorPlan:
 
 
 def plan_tensors(
-    tensors: list[ReaderTensor], query_heads: int, key_value_heads: int, unpermute_rotary: bool
+    tensors: list[ReaderTensor],
+    query_heads: int,
+    key_value_heads: int,
+    unpermute_rotary: bool,
+    keep_quantized: bool = False,
 ) -> TensorPlan:
-    """Check every tensor's name and type up front, so a bad file fails before any is read."""
+    """Check every tensor's name and type up front, so a bad file fails before any is read.
+
+    With ``keep_quantized``, the matrices whose type `gguf_quant.py` keeps are handed over
+    as `GroupQuantized`.
+    """
     entries = []
+    kept: dict[str, tuple[int, int]] = {}
     for tensor in tensors:
         if tensor.name in SKIPPED_TENSOR_NAMES:
             continue
         qtype = GGMLQuantizationType(tensor.tensor_type)
         if qtype not in SUPPORTED_TENSOR_TYPES:
             raise ValueError(f"GGUF tensor {tensor.name!r} has unsupported type {qtype.name}")
-        entries.append((hf_tensor_name(tensor.name), tensor))
-    return TensorPlan(tuple(entries), query_heads, key_value_heads, unpermute_rotary)
+        hf_name = hf_tensor_name(tensor.name)
+        entries.append((hf_name, tensor))
+        if keep_quantized and (kept_as := kept_format(tensor)) is not None:
+            kept[hf_name] = kept_as
+    return TensorPlan(tuple(entries), query_heads, key_value_heads, unpermute_rotary, kept)

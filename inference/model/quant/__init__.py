@@ -1,11 +1,12 @@
-"""Quantized weights: FP8 (e4m3) linear layers, quantized at load or read pre-quantized."""
+"""Quantized weights: FP8 (e4m3) linear layers, quantized at load or read pre-quantized;
+group-quantized 4- and 8-bit layers that keep a GGUF file's blocks ("gguf")."""
 
 from inference.model.quant.apply import quantize_model_fp8
 from inference.model.quant.fp8 import Fp8Linear
 from inference.model.quant.fp8_embedding import Fp8Embedding
 from inference.model.quant.fp8_math import quantize_weight_fp8
 
-QUANTIZATIONS = ("fp8",)
+QUANTIZATIONS = ("fp8", "gguf")
 
 __all__ = [
     "QUANTIZATIONS",

@@ -1,0 +1,319 @@
+/* Group-quantized (4- or 8-bit) linear layer for the CPU: out = x @ dequantize(w).T, the
+ * weight read as its packed codes and widened in registers, never written out whole.
+ *
+ * The layout is inference/model/quant/group_math.py's: codes (N, Kp * bits / 8) bytes in
+ * blocks of 32 columns (Kp = K rounded up to 32; a 4-bit block is 16 bytes, byte i holding
+ * column i in its low nibble and column 16 + i in its high one); scale and offset (N, G)
+ * float16, one a row and group of group_size columns (a multiple of 32);
+ *   w[n, k] = scale[n, g] * code[n, k] + offset[n, g]   (float32, g = k / group_size).
+ * Each weight is widened to exactly that float32 value (the product is exact, so one FMA
+ * rounds as the reference's multiply-then-add does) and multiplied into float32 sums: the
+ * result is the float32 matmul with the dequantized weight, up to the order of the sums.
+ *
+ * x (M, K) float32 or bfloat16 rows (row stride x_stride, elements contiguous); out (M, N)
+ * in x's dtype, contiguous. x is first widened into a float32 copy padded to Kp with zeros.
+ * Rows of the weight are split over the threads; each widened block of 32 weights serves
+ * every row of x (up to M_TILE at a time) from registers.
+ *
+ * `quant_linear_available()` says how it was built (build.py, -march=native):
+ * 1: AVX2 with FMA and F16C (every x86-64 server since Haswell, AVX-512 ones included);
+ * 0: plain C, which the compiler vectorises as it can.
+ * `quant_dequantize` writes the whole float weight (float32 or bfloat16): the fallback for
+ * many rows of x, where one matmul over a dequantized copy beats this kernel.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+#define QUANT_PATH 1
+#else
+#define QUANT_PATH 0
+#endif
+
+enum { BLOCK = 32, M_TILE = 4, ROW_CHUNK = 16 };
+
+int quant_linear_available(void) { return QUANT_PATH; }
+
+static float half_to_float(uint16_t h) {
+#if QUANT_PATH
+    return _cvtsh_ss(h);
+#else
+    const uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff, bits;
+    if (exponent == 0x1f) {
+        bits = sign | 0x7f800000u | (mantissa << 13);
+    } else if (exponent != 0) {
+        bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
+    } else if (mantissa == 0) {
+        bits = sign;
+    } else { /* subnormal: normalise */
+        exponent = 113;
+        while (!(mantissa & 0x400)) {
+            mantissa <<= 1;
+            exponent--;
+        }
+        bits = sign | (exponent << 23) | ((mantissa & 0x3ff) << 13);
+    }
+    float value;
+    memcpy(&value, &bits, sizeof value);
+    return value;
+#endif
+}
+
+static float bf16_to_float(uint16_t b) {
+    const uint32_t bits = (uint32_t)b << 16;
+    float value;
+    memcpy(&value, &bits, sizeof value);
+    return value;
+}
+
+/* float32 to bfloat16, rounded to nearest even (torch's rounding; finite values). */
+static uint16_t float_to_bf16(float value) {
+    uint32_t bits;
+    memcpy(&bits, &value, sizeof bits);
+    if ((bits & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((bits >> 16) | 0x40); /* NaN */
+    bits += 0x7fffu + ((bits >> 16) & 1u);
+    return (uint16_t)(bits >> 16);
+}
+
+/* The 32 codes of one block as integers 0..255, in column order. */
+static void block_codes(const uint8_t *block, int bits, int codes[BLOCK]) {
+    if (bits == 8) {
+        for (int i = 0; i < BLOCK; i++) codes[i] = block[i];
+        return;
+    }
+    for (int i = 0; i < BLOCK / 2; i++) {
+        codes[i] = block[i] & 0x0f;
+        codes[i + BLOCK / 2] = block[i] >> 4;
+    }
+}
+
+#if QUANT_PATH
+/* One block of 32 weights as four vectors of 8 float32 values, scale * code + offset. */
+static inline void widen_block(const uint8_t *block, int bits, __m256 s, __m256 o, __m256 w[4]) {
+    __m128i c0, c1, c2, c3; /* 8 codes each, in the low 8 bytes */
+    if (bits == 4) {
+        const __m128i bytes = _mm_loadu_si128((const __m128i *)block);
+        const __m128i nibble = _mm_set1_epi8(0x0f);
+        const __m128i low = _mm_and_si128(bytes, nibble);
+        const __m128i high = _mm_and_si128(_mm_srli_epi16(bytes, 4), nibble);
+        c0 = low;
+        c1 = _mm_srli_si128(low, 8);
+        c2 = high;
+        c3 = _mm_srli_si128(high, 8);
+    } else {
+        const __m128i first = _mm_loadu_si128((const __m128i *)block);
+        const __m128i second = _mm_loadu_si128((const __m128i *)(block + 16));
+        c0 = first;
+        c1 = _mm_srli_si128(first, 8);
+        c2 = second;
+        c3 = _mm_srli_si128(second, 8);
+    }
+    w[0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(c0)), s, o);
+    w[1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(c1)), s, o);
+    w[2] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(c2)), s, o);
+    w[3] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(c3)), s, o);
+}
+
+static inline float sum8(__m256 v) {
+    __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+    return _mm_cvtss_f32(lo);
+}
+#endif
+
+#if QUANT_PATH
+/* sums[m] = x[m] . w[n] for MT rows of the widened x (row stride kp floats): each row
+ * keeps two accumulators (even and odd vectors of a block), so no FMA waits on the last. */
+static inline __attribute__((always_inline)) void row_dot_tile(
+    const float *xf, int64_t kp, const int MT, const uint8_t *row, const uint16_t *scale,
+    const uint16_t *offset, int blocks, int group_blocks, int bits, float *sums) {
+    const int block_bytes = BLOCK * bits / 8;
+    __m256 even[M_TILE], odd[M_TILE];
+    for (int m = 0; m < MT; m++) even[m] = odd[m] = _mm256_setzero_ps();
+    for (int b0 = 0, g = 0; b0 < blocks; b0 += group_blocks, g++) {
+        const __m256 s = _mm256_set1_ps(_cvtsh_ss(scale[g]));
+        const __m256 o = _mm256_set1_ps(_cvtsh_ss(offset[g]));
+        const int b_end = b0 + group_blocks < blocks ? b0 + group_blocks : blocks;
+        for (int b = b0; b < b_end; b++) {
+            __m256 w[4];
+            widen_block(row + (int64_t)b * block_bytes, bits, s, o, w);
+            for (int m = 0; m < MT; m++) {
+                const float *xb = xf + m * kp + (int64_t)b * BLOCK;
+                even[m] = _mm256_fmadd_ps(_mm256_loadu_ps(xb), w[0], even[m]);
+                odd[m] = _mm256_fmadd_ps(_mm256_loadu_ps(xb + 8), w[1], odd[m]);
+                even[m] = _mm256_fmadd_ps(_mm256_loadu_ps(xb + 16), w[2], even[m]);
+                odd[m] = _mm256_fmadd_ps(_mm256_loadu_ps(xb + 24), w[3], odd[m]);
+            }
+        }
+    }
+    for (int m = 0; m < MT; m++) sums[m] = sum8(_mm256_add_ps(even[m], odd[m]));
+}
+
+/* One row of x against two rows of the weight at a time: four independent sums. */
+static void row_pair_dot(const float *xf, const uint8_t *row0, const uint8_t *row1,
+                         const uint16_t *scale0, const uint16_t *offset0, const uint16_t *scale1,
+                         const uint16_t *offset1, int blocks, int group_blocks, int bits,
+                         float *sum0, float *sum1) {
+    const int block_bytes = BLOCK * bits / 8;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, c0 = a0, c1 = a0;
+    for (int b0 = 0, g = 0; b0 < blocks; b0 += group_blocks, g++) {
+        const __m256 s0 = _mm256_set1_ps(_cvtsh_ss(scale0[g]));
+        const __m256 o0 = _mm256_set1_ps(_cvtsh_ss(offset0[g]));
+        const __m256 s1 = _mm256_set1_ps(_cvtsh_ss(scale1[g]));
+        const __m256 o1 = _mm256_set1_ps(_cvtsh_ss(offset1[g]));
+        const int b_end = b0 + group_blocks < blocks ? b0 + group_blocks : blocks;
+        for (int b = b0; b < b_end; b++) {
+            const float *xb = xf + (int64_t)b * BLOCK;
+            const __m256 x0 = _mm256_loadu_ps(xb), x1 = _mm256_loadu_ps(xb + 8);
+            const __m256 x2 = _mm256_loadu_ps(xb + 16), x3 = _mm256_loadu_ps(xb + 24);
+            __m256 w[4];
+            widen_block(row0 + (int64_t)b * block_bytes, bits, s0, o0, w);
+            a0 = _mm256_fmadd_ps(x0, w[0], a0);
+            a1 = _mm256_fmadd_ps(x1, w[1], a1);
+            a0 = _mm256_fmadd_ps(x2, w[2], a0);
+            a1 = _mm256_fmadd_ps(x3, w[3], a1);
+            widen_block(row1 + (int64_t)b * block_bytes, bits, s1, o1, w);
+            c0 = _mm256_fmadd_ps(x0, w[0], c0);
+            c1 = _mm256_fmadd_ps(x1, w[1], c1);
+            c0 = _mm256_fmadd_ps(x2, w[2], c0);
+            c1 = _mm256_fmadd_ps(x3, w[3], c1);
+        }
+    }
+    *sum0 = sum8(_mm256_add_ps(a0, a1));
+    *sum1 = sum8(_mm256_add_ps(c0, c1));
+}
+#endif
+
+static void row_dot(const float *xf, int64_t kp, int mt, const uint8_t *row, const uint16_t *scale,
+                    const uint16_t *offset, int blocks, int group_blocks, int bits, float *sums) {
+#if QUANT_PATH
+    switch (mt) { /* each a copy with its own number of accumulators in registers */
+    case 1: row_dot_tile(xf, kp, 1, row, scale, offset, blocks, group_blocks, bits, sums); break;
+    case 2: row_dot_tile(xf, kp, 2, row, scale, offset, blocks, group_blocks, bits, sums); break;
+    case 3: row_dot_tile(xf, kp, 3, row, scale, offset, blocks, group_blocks, bits, sums); break;
+    default: row_dot_tile(xf, kp, 4, row, scale, offset, blocks, group_blocks, bits, sums);
+    }
+#else
+    const int block_bytes = BLOCK * bits / 8;
+    float acc[M_TILE] = {0};
+    int codes[BLOCK];
+    float w[BLOCK];
+    for (int b = 0; b < blocks; b++) {
+        const int g = b / group_blocks;
+        const float s = half_to_float(scale[g]), o = half_to_float(offset[g]);
+        block_codes(row + (int64_t)b * block_bytes, bits, codes);
+        for (int i = 0; i < BLOCK; i++) w[i] = (float)codes[i] * s + o; /* exact product */
+        for (int m = 0; m < mt; m++) {
+            const float *xb = xf + m * kp + (int64_t)b * BLOCK;
+            float part = 0.0f;
+            for (int i = 0; i < BLOCK; i++) part += xb[i] * w[i];
+            acc[m] += part;
+        }
+    }
+    for (int m = 0; m < mt; m++) sums[m] = acc[m];
+#endif
+}
+
+static inline void store(void *out, int bf16, int64_t at, float value) {
+    if (bf16)
+        ((uint16_t *)out)[at] = float_to_bf16(value);
+    else
+        ((float *)out)[at] = value;
+}
+
+static int checked(int64_t M, int64_t N, int K, int bits, int group_size) {
+    return M > 0 && N > 0 && K > 0 && (bits == 4 || bits == 8) && group_size > 0 &&
+           group_size % BLOCK == 0;
+}
+
+int quant_linear(const void *x, int64_t x_stride, int x_bf16, int64_t M, const uint8_t *codes,
+                 const uint16_t *scale, const uint16_t *offset, int64_t N, int K, int bits,
+                 int group_size, void *out, int threads) {
+    if (!checked(M, N, K, bits, group_size)) return 1;
+    const int blocks = (K + BLOCK - 1) / BLOCK;
+    const int64_t kp = (int64_t)blocks * BLOCK;
+    const int groups = (K + group_size - 1) / group_size, group_blocks = group_size / BLOCK;
+    const int64_t row_bytes = kp * bits / 8;
+    float *xf = aligned_alloc(64, (size_t)(M * kp * sizeof(float) + 64) / 64 * 64);
+    if (xf == NULL) return 2;
+    for (int64_t m = 0; m < M; m++) {
+        float *dst = xf + m * kp;
+        if (x_bf16) {
+            const uint16_t *src = (const uint16_t *)x + m * x_stride;
+            for (int k = 0; k < K; k++) dst[k] = bf16_to_float(src[k]);
+        } else {
+            memcpy(dst, (const float *)x + m * x_stride, (size_t)K * sizeof(float));
+        }
+        for (int64_t k = K; k < kp; k++) dst[k] = 0.0f;
+    }
+    const int64_t chunks = (N + ROW_CHUNK - 1) / ROW_CHUNK;
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (int64_t chunk = 0; chunk < chunks; chunk++) {
+        const int64_t n_end = chunk * ROW_CHUNK + ROW_CHUNK < N ? chunk * ROW_CHUNK + ROW_CHUNK : N;
+#if QUANT_PATH
+        if (M == 1) { /* decode at batch 1: two weight rows share each load of x */
+            int64_t n = chunk * ROW_CHUNK;
+            for (; n + 1 < n_end; n += 2) {
+                float y0, y1;
+                row_pair_dot(xf, codes + n * row_bytes, codes + (n + 1) * row_bytes,
+                             scale + n * groups, offset + n * groups, scale + (n + 1) * groups,
+                             offset + (n + 1) * groups, blocks, group_blocks, bits, &y0, &y1);
+                store(out, x_bf16, n, y0);
+                store(out, x_bf16, n + 1, y1);
+            }
+            if (n < n_end) {
+                float y0;
+                row_dot(xf, kp, 1, codes + n * row_bytes, scale + n * groups, offset + n * groups,
+                        blocks, group_blocks, bits, &y0);
+                store(out, x_bf16, n, y0);
+            }
+            continue;
+        }
+#endif
+        for (int64_t m0 = 0; m0 < M; m0 += M_TILE) {
+            const int mt = M - m0 < M_TILE ? (int)(M - m0) : M_TILE;
+            for (int64_t n = chunk * ROW_CHUNK; n < n_end; n++) {
+                float sums[M_TILE];
+                row_dot(xf + m0 * kp, kp, mt, codes + n * row_bytes, scale + n * groups,
+                        offset + n * groups, blocks, group_blocks, bits, sums);
+                for (int m = 0; m < mt; m++) store(out, x_bf16, (m0 + m) * N + n, sums[m]);
+            }
+        }
+    }
+    free(xf);
+    return 0;
+}
+
+int quant_dequantize(const uint8_t *codes, const uint16_t *scale, const uint16_t *offset,
+                     int64_t N, int K, int bits, int group_size, void *out, int out_bf16,
+                     int threads) {
+    if (!checked(1, N, K, bits, group_size)) return 1;
+    const int blocks = (K + BLOCK - 1) / BLOCK;
+    const int groups = (K + group_size - 1) / group_size, group_blocks = group_size / BLOCK;
+    const int64_t row_bytes = (int64_t)blocks * BLOCK * bits / 8;
+    const int block_bytes = BLOCK * bits / 8;
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (int64_t n = 0; n < N; n++) {
+        int c[BLOCK];
+        for (int b = 0; b < blocks; b++) {
+            const int g = b / group_blocks;
+            const float s = half_to_float(scale[n * groups + g]);
+            const float o = half_to_float(offset[n * groups + g]);
+            block_codes(codes + n * row_bytes + (int64_t)b * block_bytes, bits, c);
+            const int width = K - b * BLOCK < BLOCK ? K - b * BLOCK : BLOCK;
+            const int64_t at = n * K + (int64_t)b * BLOCK;
+            for (int i = 0; i < width; i++) {
+                const float w = (float)c[i] * s + o; /* the product is exact */
+                if (out_bf16)
+                    ((uint16_t *)out)[at + i] = float_to_bf16(w);
+                else
+                    ((float *)out)[at + i] = w;
+            }
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,100 @@
+"""Group-quantized (4- and 8-bit) matmul on the CPU through quant_linear.c.
+
+At a decode step's few rows of activations a quantized layer's time is reading its
+weight, and the kernel reads it as packed codes (a quarter or half of bf16's bytes),
+widening each block of 32 in registers. With many rows (a prefill chunk) it would
+multiply in plain float32 FMAs, so from `MAX_KERNEL_ROWS` rows on the layer instead
+dequantizes the weight once (`dequantize`, also in C) and runs one torch matmul.
+
+Built with AVX2, FMA and F16C where the processor has them (path "avx2": every x86-64
+server since 2013, AVX-512 ones included), in plain C elsewhere ("portable").
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+from typing import TYPE_CHECKING, Literal
+
+import torch
+
+from inference.kernels.cpu.build import KernelBuildError, load_library
+
+if TYPE_CHECKING:
+    from inference.model.quant.group_math import GroupQuantized
+
+log = logging.getLogger("inference.kernels")
+
+QuantPath = Literal["avx2", "portable"]
+PATHS: dict[int, QuantPath] = {1: "avx2", 0: "portable"}
+# Rows of x from which a dequantized copy and one matmul beat the kernel (measured in
+# docs/engine.md, "Group-quantized weights").
+MAX_KERNEL_ROWS = 16
+_DTYPES = {torch.float32: 0, torch.bfloat16: 1}
+
+
+def load_quant_linear(extra_flags: tuple[str, ...] = ()) -> QuantLinearKernel | None:
+    """The kernel, or None where no C compiler builds it (layers then use torch)."""
+    try:
+        library = load_library("quant_linear", extra_flags)
+    except KernelBuildError as error:
+        log.warning("group-quantized matmul kernel unavailable, using torch: %s", error)
+        return None
+    return QuantLinearKernel(library, PATHS[library.quant_linear_available()])
+
+
+class QuantLinearKernel:
+    def __init__(self, library: ctypes.CDLL, path: QuantPath) -> None:
+        self._lib = library
+        self.path = path
+
+    def matmul(self, x: torch.Tensor, weight: GroupQuantized) -> torch.Tensor | None:
+        """``x @ dequantize(weight).T`` (T, rows) in x's dtype for float32 or bfloat16 x
+        (T, cols) on the CPU, or None where the kernel does not take these tensors."""
+        if x.dim() != 2 or x.shape[0] == 0 or x.dtype not in _DTYPES or x.device.type != "cpu":
+            return None
+        if x.shape[1] != weight.cols or x.stride(1) != 1 or not _contiguous(weight):
+            return None
+        out = torch.empty((x.shape[0], weight.rows), dtype=x.dtype)
+        failed = self._lib.quant_linear(
+            x.data_ptr(),
+            x.stride(0),
+            _DTYPES[x.dtype],
+            x.shape[0],
+            weight.codes.data_ptr(),
+            weight.scale.data_ptr(),
+            weight.offset.data_ptr(),
+            weight.rows,
+            weight.cols,
+            weight.bits,
+            weight.group_size,
+            out.data_ptr(),
+            torch.get_num_threads(),
+        )
+        return None if failed else out
+
+    def dequantize(self, weight: GroupQuantized, dtype: torch.dtype) -> torch.Tensor | None:
+        """The float weight (rows, cols) in float32 or bfloat16, or None if not taken."""
+        if dtype not in _DTYPES or weight.codes.device.type != "cpu" or not _contiguous(weight):
+            return None
+        out = torch.empty((weight.rows, weight.cols), dtype=dtype)
+        failed = self._lib.quant_dequantize(
+            weight.codes.data_ptr(),
+            weight.scale.data_ptr(),
+            weight.offset.data_ptr(),
+            weight.rows,
+            weight.cols,
+            weight.bits,
+            weight.group_size,
+            out.data_ptr(),
+            _DTYPES[dtype],
+            torch.get_num_threads(),
+        )
+        return None if failed else out
+
+
+def _contiguous(weight: GroupQuantized) -> bool:
+    return all(
+        part.is_contiguous() and part.device.type == "cpu"
+        for part in (weight.codes, weight.scale, weight.offset)
+    )

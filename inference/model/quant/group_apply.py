@@ -1,0 +1,67 @@
+"""Swap a freshly built model's layers for group-quantized ones where a checkpoint keeps
+their weights quantized (a GGUF file read with ``keep_quantized``)."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from inference.model.layers.embedding import VocabEmbedding
+from inference.model.layers.linear import FusedLinear
+from inference.model.quant.fp8 import replace_linears
+from inference.model.quant.group_linear import GroupQuantEmbedding, GroupQuantLinear
+from inference.model.weights import _expected
+
+
+def prepare_group_quant(model: nn.Module, kept: dict[str, tuple[int, int]]) -> int:
+    """Replace each linear whose every shard's checkpoint tensor is in ``kept`` (HF name ->
+    (bits, group size)), all in one format, and each embedding whose table is, by empty
+    group-quantized layers for the loader to fill. A fused layer whose shards differ stays
+    in floats (its quantized shards are dequantized as they load). Returns how many
+    layers were replaced."""
+    checkpoint_names = _expected(model)
+
+    def shard_formats(name: str, linear: FusedLinear) -> set[tuple[int, int] | None]:
+        return {
+            kept.get(checkpoint_names[(f"{name}.weight", shard)])
+            for shard in range(linear.num_shards)
+        }
+
+    linears = dict(model.named_modules())
+
+    def wanted(name: str) -> bool:
+        module = linears[name]
+        formats = shard_formats(name, module) if isinstance(module, FusedLinear) else {None}
+        return len(formats) == 1 and None not in formats
+
+    def make(name: str, linear: FusedLinear) -> GroupQuantLinear:
+        (kept_as,) = shard_formats(name, linear)
+        assert kept_as is not None  # `wanted` let only one format through
+        bits, group_size = kept_as
+        return GroupQuantLinear(
+            linear.in_features,
+            linear.shard_sizes,
+            bits=bits,
+            group_size=group_size,
+            bias=linear.bias is not None,
+            dtype=linear.weight.dtype,
+            device=linear.weight.device,
+        )
+
+    replaced = replace_linears(model, wanted, make)
+    embeddings = [
+        (parent, name, f"{parent_name}.{name}.weight".lstrip("."), child)
+        for parent_name, parent in model.named_modules()
+        for name, child in parent.named_children()
+        if isinstance(child, VocabEmbedding)
+    ]
+    for parent, name, weight_name, child in embeddings:
+        if weight_name in kept:
+            bits, group_size = kept[weight_name]
+            vocab, hidden = child.weight.shape
+            table = GroupQuantEmbedding(
+                vocab, hidden, bits=bits, group_size=group_size,
+                dtype=child.weight.dtype, device=child.weight.device,
+            )  # fmt: skip
+            setattr(parent, name, table)
+            replaced += 1
+    return replaced

@@ -1,0 +1,212 @@
+"""Group-quantized (4- and 8-bit) layers: a linear layer and a token embedding that keep
+their weights as packed codes with float16 scales and offsets (`group_math.py`).
+
+A layer never holds a float copy of its weight. On the CPU a decode step's few rows
+multiply through the C kernel (inference/kernels/cpu/quant_linear.py), which widens each
+block of codes in registers; from MAX_KERNEL_ROWS rows on (prefill chunks), and where no
+kernel is set (other devices, no compiler), the weight is dequantized for that call in
+slices of rows and multiplied by torch, then dropped.
+
+Loaders hand a layer `GroupQuantized` tensors (GGUF Q4_0/Q4_1/Q8_0 blocks as they are in
+the file; `inference/model/loader/gguf_quant.py`), shard by shard as they do float ones.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from inference.kernels.cpu.quant_linear import MAX_KERNEL_ROWS
+from inference.model.quant.group_math import GroupQuantized, code_bytes, dequantize
+
+if TYPE_CHECKING:
+    from inference.kernels.cpu.layers import CpuLayerKernels
+
+# A fallback dequantizes at most this many weight values at a time.
+DEQUANT_SLICE_ELEMENTS = 1 << 22
+
+
+class GroupQuantWeights(nn.Module):
+    """The packed weight of a (rows, cols) matrix, the base of both layers: ``weight``
+    codes, ``weight_scale`` and ``weight_offset``. Only ``weight`` is a parameter, so the
+    loader's bookkeeping expects one tensor per shard, the one a `GroupQuantized` fills."""
+
+    weight_scale: torch.Tensor
+    weight_offset: torch.Tensor
+
+    def __init__(
+        self, rows: int, cols: int, *, bits: int, group_size: int, device: torch.device | str
+    ) -> None:
+        super().__init__()
+        probe = GroupQuantized(
+            torch.empty(rows, code_bytes(cols, bits), dtype=torch.uint8),
+            torch.empty(rows, -(-cols // group_size), dtype=torch.float16),
+            torch.empty(rows, -(-cols // group_size), dtype=torch.float16),
+            bits, group_size, cols,
+        )  # fmt: skip
+        probe.check("layer")  # the same checks as a loaded tensor's
+        self.bits, self.group_size, self.cols = bits, group_size, cols
+        self.weight = nn.Parameter(
+            torch.zeros(probe.codes.shape, dtype=torch.uint8, device=device), requires_grad=False
+        )
+        groups = probe.groups
+        self.register_buffer("weight_scale", torch.zeros(rows, groups, dtype=torch.float16,
+                                                         device=device))  # fmt: skip
+        self.register_buffer("weight_offset", torch.zeros(rows, groups, dtype=torch.float16,
+                                                          device=device))  # fmt: skip
+        self.kernels: CpuLayerKernels | None = None
+
+    @property
+    def packed(self) -> GroupQuantized:
+        return GroupQuantized(
+            self.weight.data, self.weight_scale, self.weight_offset,
+            self.bits, self.group_size, self.cols,
+        )  # fmt: skip
+
+    def fill_rows(self, rows: slice, tensor: GroupQuantized, name: str) -> None:
+        """Copy a loaded tensor into ``rows``; ValueError if its format or shape differs."""
+        tensor.check(name)
+        target = self.packed.select_rows(rows)
+        if (tensor.bits, tensor.group_size) != (self.bits, self.group_size):
+            raise ValueError(
+                f"tensor {name} is {tensor.bits}-bit in groups of {tensor.group_size}; the "
+                f"layer holds {self.bits}-bit in groups of {self.group_size}"
+            )
+        if tensor.shape != target.shape:
+            raise ValueError(f"tensor {name} has shape {tensor.shape}, expected {target.shape}")
+        target.codes.copy_(tensor.codes)
+        target.scale.copy_(tensor.scale)
+        target.offset.copy_(tensor.offset)
+
+    def matmul(self, x: torch.Tensor) -> torch.Tensor:
+        """``x @ w.T`` for x (T, cols) -> (T, rows) in x's dtype."""
+        shape = x.shape
+        x2 = x.reshape(-1, shape[-1])
+        kernel = self.kernels.quant if self.kernels is not None else None
+        if kernel is not None and x2.shape[0] < MAX_KERNEL_ROWS:
+            y = kernel.matmul(x2, self.packed)
+            if y is not None:
+                return y.reshape(*shape[:-1], -1)
+        weight = self.packed
+        if kernel is not None and (whole := kernel.dequantize(weight, x.dtype)) is not None:
+            return F.linear(x, whole)
+        rows = max(1, DEQUANT_SLICE_ELEMENTS // max(1, self.cols))
+        parts = [
+            F.linear(x, dequantize(weight.select_rows(slice(start, start + rows)), x.dtype))
+            for start in range(0, weight.rows, rows)
+        ]
+        return torch.cat(parts, dim=-1)
+
+    def lookup(self, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """Rows ``ids`` of the weight, dequantized to ``dtype``."""
+        return dequantize(self.packed.select_rows(ids), dtype)
+
+
+class GroupQuantLinear(GroupQuantWeights):
+    """A `FusedLinear` whose weight is group-quantized: the same shard layout
+    (``shard_sizes``, ``shard_rows``, ``load_shard``), so fused q|k|v and gate|up load and
+    split as before. Each shard's `GroupQuantized` must have the layer's bits and groups."""
+
+    def __init__(
+        self,
+        in_features: int,
+        shard_sizes: list[int],
+        *,
+        bits: int,
+        group_size: int,
+        bias: bool,
+        dtype: torch.dtype,
+        device: torch.device | str,
+    ) -> None:
+        if not shard_sizes or min(shard_sizes) <= 0:
+            raise ValueError(f"shard sizes must be positive, got {shard_sizes}")
+        super().__init__(
+            sum(shard_sizes), in_features, bits=bits, group_size=group_size, device=device
+        )
+        self.in_features = in_features
+        self.shard_sizes = list(shard_sizes)
+        self.dtype = dtype
+        self.bias = (
+            nn.Parameter(torch.zeros(sum(shard_sizes), dtype=dtype, device=device),
+                         requires_grad=False)
+            if bias
+            else None
+        )  # fmt: skip
+
+    @property
+    def out_features(self) -> int:
+        return sum(self.shard_sizes)
+
+    @property
+    def num_shards(self) -> int:
+        return len(self.shard_sizes)
+
+    def shard_rows(self, shard: int) -> slice:
+        start = sum(self.shard_sizes[:shard])
+        return slice(start, start + self.shard_sizes[shard])
+
+    def load_shard(
+        self, param_name: str, shard: int, tensor: torch.Tensor | GroupQuantized, name: str
+    ) -> None:
+        rows = self.shard_rows(shard)
+        if param_name == "weight" and isinstance(tensor, GroupQuantized):
+            self.fill_rows(rows, tensor, name)
+        elif param_name == "weight":
+            raise ValueError(f"tensor {name} is not quantized; its layer holds quantized codes")
+        elif param_name == "bias" and self.bias is not None:
+            if not isinstance(tensor, torch.Tensor) or tuple(tensor.shape) != (
+                self.shard_sizes[shard],
+            ):
+                raise ValueError(f"tensor {name} is not a bias of {self.shard_sizes[shard]} rows")
+            self.bias.data[rows] = tensor
+        else:
+            raise ValueError(f"unexpected tensor {name}: the layer has no {param_name}")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (T, in) -> (T, sum(shards))
+        y = self.matmul(x)
+        return y if self.bias is None else y + self.bias
+
+    def extra_repr(self) -> str:
+        return (
+            f"in_features={self.in_features}, shard_sizes={self.shard_sizes}, "
+            f"bits={self.bits}, group_size={self.group_size}, "
+            f"bias={self.bias is not None}"
+        )
+
+
+class GroupQuantEmbedding(GroupQuantWeights):
+    """A token embedding kept as group-quantized rows; also the tied output projection
+    (the same codes read as a (vocab, hidden) weight), so a tied model holds one table."""
+
+    def __init__(
+        self,
+        vocab_size: int,
+        hidden: int,
+        *,
+        bits: int,
+        group_size: int,
+        dtype: torch.dtype,
+        device: torch.device | str,
+    ) -> None:
+        super().__init__(vocab_size, hidden, bits=bits, group_size=group_size, device=device)
+        self.dtype = dtype
+
+    def load_shard(
+        self, param_name: str, shard: int, tensor: torch.Tensor | GroupQuantized, name: str
+    ) -> None:
+        if param_name != "weight" or shard != 0 or not isinstance(tensor, GroupQuantized):
+            raise ValueError(f"tensor {name} does not fit a quantized embedding table")
+        self.fill_rows(slice(None), tensor, name)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:  # (T,) -> (T, hidden)
+        return self.lookup(input_ids, self.dtype)
+
+    def unembed(self, hidden: torch.Tensor) -> torch.Tensor:  # (N, hidden) -> (N, vocab)
+        return self.matmul(hidden)
+
+    def extra_repr(self) -> str:
+        rows, cols = self.packed.shape
+        return f"{rows}, {cols}, bits={self.bits}, group_size={self.group_size}"
