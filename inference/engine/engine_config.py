@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda")
-QUANTIZATIONS = ("fp8",)
+QUANTIZATIONS = ("fp8", "gguf")  # as inference.model.quant.QUANTIZATIONS
 KV_CACHE_DTYPES = ("auto", "fp8")
 ATTENTION_BACKENDS = ("auto", "torch", "cpu", "triton")
 SPECULATIVE_METHODS = ("ngram", "draft")
