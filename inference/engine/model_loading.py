@@ -13,7 +13,6 @@ from inference.model.llama import LlamaForCausalLM
 from inference.model.loader import load_model
 from inference.model.loader.gguf import GGUFCheckpoint, read_gguf
 from inference.model.loader.gguf_cache import load_gguf
-from inference.model.quant import quantize_model_fp8
 from inference.parallel.group import TensorParallelGroup
 from inference.startup import phase
 
@@ -29,10 +28,12 @@ class LoadedModel:
 def load_engine_model(config: EngineConfig, device: torch.device) -> LoadedModel:
     """Load ``config.model`` on ``device`` as the engine runs it."""
     is_gguf = config.model.endswith(".gguf")
-    kept = config.quantization == "gguf"
-    if is_gguf and config.cache_dir is not None and config.tensor_parallel_size == 1 and not kept:
-        # Through the start-up cache of prepared weights (filled on a miss). Weights kept
-        # quantized are not cached: they are read as they are in the file, no slower.
+    single = config.tensor_parallel_size == 1
+    if is_gguf and config.cache_dir is not None and config.quantization is None and single:
+        # Through the start-up cache of prepared weights (filled on a miss). Quantized
+        # weights are not cached: kept ones are read as they are in the file, no slower,
+        # and FP8 ones are quantized tensor by tensor as the file is read, which a cache
+        # of bf16 weights (mapped whole) would defeat.
         prepared = load_gguf(
             Path(config.model),
             Path(config.cache_dir),
@@ -40,14 +41,13 @@ def load_engine_model(config: EngineConfig, device: torch.device) -> LoadedModel
             device=device,
             progress=config.progress,
         )
-        if config.quantization == "fp8":
-            quantize_model_fp8(prepared.model)
         return LoadedModel(prepared.model, prepared.arch, prepared.checkpoint, None)
     # A GGUF file is opened once: its metadata gives the tokenizer, its tensors the model.
     gguf = None
     if is_gguf:
         with phase("gguf_metadata"):
-            gguf = read_gguf(config.model, keep_quantized=kept)
+            # FP8 takes the blocks too, to dequantize them a slice at a time.
+            gguf = read_gguf(config.model, keep_quantized=config.quantization in ("gguf", "fp8"))
     if config.tensor_parallel_size > 1:
         tp = TensorParallelGroup.start(config, device, gguf)
         try:

@@ -9,6 +9,7 @@ from torch import nn
 
 from inference.model.layers.linear import FusedLinear
 from inference.model.quant.fp8 import Fp8Linear
+from inference.model.quant.fp8_embedding import Fp8Embedding
 from inference.model.quant.group_linear import GroupQuantEmbedding, GroupQuantLinear
 from inference.model.quant.group_math import GroupQuantized, dequantize
 
@@ -16,6 +17,11 @@ from inference.model.quant.group_math import GroupQuantized, dequantize
 SHARDED_LINEARS = (FusedLinear, Fp8Linear, GroupQuantLinear)
 # Layers that take `GroupQuantized` tensors (through `load_shard`).
 QUANTIZED_LAYERS = (GroupQuantLinear, GroupQuantEmbedding)
+# Other layers whose tensors go through their `load_shard` (which may quantize them).
+LOADING_LAYERS = (*SHARDED_LINEARS, Fp8Embedding)
+# FP8 layers filled from floats: GGUF blocks reach them as they are, to be dequantized a
+# slice at a time (an FP8 layer reading e4m3 refuses them).
+QUANTIZING_LAYERS = (Fp8Linear, Fp8Embedding)
 
 # Checkpoint module name -> (our fused module name, shard index).
 FUSED_MODULES: dict[str, tuple[str, int]] = {
@@ -46,7 +52,10 @@ def _expected(model: nn.Module) -> dict[tuple[str, int], str]:
         inverse.setdefault(ours, {})[shard] = hf_part
     expected: dict[tuple[str, int], str] = {}
     for module_name, module in model.named_modules():
+        supplied = getattr(module, "checkpoint_parameters", None)
         for param_name, _ in module.named_parameters(recurse=False):
+            if supplied is not None and param_name not in supplied:
+                continue  # computed while loading (an FP8 scale)
             full = f"{module_name}.{param_name}"
             shards = module.num_shards if isinstance(module, SHARDED_LINEARS) else 1
             for shard in range(shards):
@@ -75,7 +84,11 @@ def load_named_weights(
             raise ValueError(f"tensor {name} appears twice in checkpoint")
         module_name, _, param_name = target.rpartition(".")
         module = modules[module_name]
-        if isinstance(module, QUANTIZED_LAYERS):
+        if isinstance(module, QUANTIZED_LAYERS) or (
+            isinstance(tensor, GroupQuantized) and isinstance(module, QUANTIZING_LAYERS)
+        ):
+            if isinstance(tensor, GroupQuantized):
+                tensor.check(name)
             module.load_shard(param_name, shard, tensor, name)
             loaded.add((target, shard))
             continue
@@ -83,7 +96,7 @@ def load_named_weights(
             tensor.check(name)
             tensor = dequantize(tensor)
         with torch.no_grad():
-            if isinstance(module, SHARDED_LINEARS):
+            if isinstance(module, LOADING_LAYERS):
                 module.load_shard(param_name, shard, tensor, name)
             else:
                 param = getattr(module, param_name)

@@ -12,8 +12,10 @@ from tqdm import tqdm
 from inference.model.arch import ArchConfig
 from inference.model.llama import LlamaForCausalLM
 from inference.model.loader.hf import HFCheckpoint, checkpoint_dtype
+from inference.model.loader.memory import release_freed_memory
 from inference.model.loader.safetensors import read_header
-from inference.model.quant import QUANTIZATIONS, quantize_model_fp8
+from inference.model.quant import QUANTIZATIONS
+from inference.model.quant.apply import prepare_fp8_at_load
 from inference.model.quant.checkpoint import Fp8Checkpoint, inspect_fp8_checkpoint
 from inference.model.quant.group_math import GroupQuantized
 from inference.model.registry import model_class_for
@@ -61,7 +63,8 @@ def load_model(
 ) -> tuple[LlamaForCausalLM, ArchConfig]:
     """Load a checkpoint. ``gguf``: an already opened GGUF file (its tensors unread).
 
-    ``quantization="fp8"`` quantizes the decoder's linear layers once loaded. A checkpoint
+    ``quantization="fp8"`` quantizes the linear layers and the token table tensor by tensor
+    as they are read (`prepare_fp8_at_load`): the model never exists whole in bf16. A checkpoint
     already in FP8 loads as it is, whatever ``quantization`` says; its KV cache scales,
     if any, are left on the model (see `checkpoint_kv_scales`).
 
@@ -78,7 +81,8 @@ def load_model(
     if gguf is not None or path.suffix == ".gguf":
         from inference.model.loader.gguf import read_gguf  # the GGUF reader is optional
 
-        gguf = gguf or read_gguf(path, keep_quantized=quantization == "gguf")
+        # FP8 reads the blocks too: its layers dequantize them a slice at a time.
+        gguf = gguf or read_gguf(path, keep_quantized=quantization in ("gguf", "fp8"))
         if quantization == "gguf" and not gguf.kept:
             raise ValueError(
                 f"--quantization gguf keeps Q4_0, Q4_1 and Q8_0 tensors quantized, and "
@@ -106,15 +110,16 @@ def load_model(
     model = model_class_for(config)(config, model_dtype, device)
     if fp8 is not None:
         fp8.prepare(model)
-    if gguf is not None and gguf.kept:
+    elif quantization == "fp8":
+        prepare_fp8_at_load(model)
+    if quantization == "gguf" and gguf is not None:
         from inference.model.quant.group_apply import prepare_group_quant
 
         prepare_group_quant(model, gguf.kept)
     model.load_weights(_with_progress(tensors, total, path.name, progress))
     if fp8 is not None:
         setattr(model, KV_SCALES_ATTRIBUTE, fp8.layer_kv_scales(config.num_layers))
-    elif quantization == "fp8":
-        quantize_model_fp8(model)
+    release_freed_memory()
     return model.eval(), config
 
 
@@ -129,6 +134,7 @@ def _with_progress(
         for item in tensors:
             yield item
             bar.update(1)
+            release_freed_memory(collect=False)  # the tensor's load-time buffers
 
 
 def checkpoint_kv_scales(model: LlamaForCausalLM) -> list[tuple[float, float]] | None:

@@ -6,6 +6,7 @@ the loader does not care which kind of checkpoint it was handed. Tensors are rea
 a memory map and dequantized to float32 one at a time.
 """
 
+import mmap
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -14,7 +15,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from gguf import GGMLQuantizationType, GGUFReader, ReaderField
+from gguf import GGMLQuantizationType, GGUFReader, ReaderField, ReaderTensor
 from tokenizers import Tokenizer
 
 from inference.model.loader.gguf_tensors import plan_tensors
@@ -65,6 +66,19 @@ class PlainArrayReader(GGUFReader):
     @data.setter
     def data(self, value: np.ndarray) -> None:
         self._plain = value.view(np.ndarray)
+        self._mapping: mmap.mmap | None = getattr(value, "_mmap", None)
+
+    def drop_pages(self, tensor: ReaderTensor) -> None:
+        """Let go of the pages a read tensor's bytes were mapped into. They are clean file
+        pages, yet counted in the process's memory while mapped: without this a load
+        holds the whole file beside the model until the last tensor (98 MB for the demo
+        model). Reading them again faults them back in, so dropping a neighbour's page
+        too is harmless."""
+        if self._mapping is None or tensor.n_bytes == 0:
+            return
+        start = tensor.data_offset - tensor.data_offset % mmap.PAGESIZE
+        end = tensor.data_offset + tensor.n_bytes
+        self._mapping.madvise(mmap.MADV_DONTNEED, start, end - start)
 
 
 def _open_reader(path: Path) -> GGUFReader:
@@ -185,6 +199,7 @@ def read_gguf(path: str | Path, *, keep_quantized: bool = False) -> GGUFCheckpoi
         key_value_heads=hf_config["num_key_value_heads"],
         unpermute_rotary=ARCHITECTURES[arch][1],
         keep_quantized=keep_quantized,
+        release=getattr(reader, "drop_pages", None),
     )
     generation_config = {
         key: hf_config[key]

@@ -53,19 +53,21 @@ def group_quantized(tensor: ReaderTensor) -> GroupQuantized:
             f"GGUF tensor {tensor.name!r} holds {data.size} bytes, not {blocks} blocks"
         )
     raw = data.reshape(rows, cols // BLOCK, block_bytes)
-    scale = np.ascontiguousarray(raw[:, :, 0:2]).view(np.float16).reshape(rows, -1)
+    # np.array copies (always): every array below is the process's own, out of the map.
+    scale = np.array(raw[:, :, 0:2]).view(np.float16).reshape(rows, -1)
     header = 4 if has_min else 2
-    codes = np.ascontiguousarray(raw[:, :, header:]).reshape(rows, -1)
+    codes = np.array(raw[:, :, header:]).reshape(rows, -1)
     if qtype == GGMLQuantizationType.Q4_1:
-        offset = np.ascontiguousarray(raw[:, :, 2:4]).view(np.float16).reshape(rows, -1)
+        offset = np.array(raw[:, :, 2:4]).view(np.float16).reshape(rows, -1)
     elif qtype == GGMLQuantizationType.Q4_0:
         offset = scale * np.float16(-8)
     else:
-        codes = codes ^ np.uint8(0x80)  # signed q -> q + 128
+        np.bitwise_xor(codes, np.uint8(0x80), out=codes)  # signed q -> q + 128, in place
         offset = scale * np.float16(-128)
+    # No further copies: they would double the largest tensor's bytes at the load's peak.
     return GroupQuantized(
-        torch.from_numpy(codes.copy()),
-        torch.from_numpy(scale.copy()),
+        torch.from_numpy(codes),
+        torch.from_numpy(scale),
         torch.from_numpy(np.asarray(offset, dtype=np.float16).copy()),
         bits,
         BLOCK,

@@ -7,7 +7,7 @@ rotary kernel can rotate adjacent pairs; Hugging Face rotates the two halves of 
 """
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -116,6 +116,8 @@ class TensorPlan:
     key_value_heads: int
     unpermute_rotary: bool
     kept: dict[str, tuple[int, int]]
+    # Called with each tensor once its values are copied out of the file's mapping.
+    release: Callable[[ReaderTensor], None] | None = None
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -134,15 +136,18 @@ class TensorPlan:
                 packed = group_quantized(tensor)
                 if heads is not None:
                     packed = packed.select_rows(rotary_row_order(packed.rows, heads))
-                yield hf_name, packed
-                continue
-            values = dequantize_tensor(tensor)
-            if heads is not None:
-                values = unpermute_rotary_rows(values, heads)
-            if not values.flags.writeable:
-                # F32 tensors are views of the read-only memory map; torch wants its own copy.
-                values = values.copy()
-            yield hf_name, torch.from_numpy(np.ascontiguousarray(values))
+                item: torch.Tensor | GroupQuantized = packed
+            else:
+                values = dequantize_tensor(tensor)
+                if heads is not None:
+                    values = unpermute_rotary_rows(values, heads)
+                if not values.flags.writeable:
+                    # F32 tensors are views of the read-only memory map; torch wants a copy.
+                    values = values.copy()
+                item = torch.from_numpy(np.ascontiguousarray(values))
+            if self.release is not None:  # both are copies: the mapped pages can go
+                self.release(tensor)
+            yield hf_name, item
 
 
 def plan_tensors(
@@ -151,6 +156,7 @@ def plan_tensors(
     key_value_heads: int,
     unpermute_rotary: bool,
     keep_quantized: bool = False,
+    release: Callable[[ReaderTensor], None] | None = None,
 ) -> TensorPlan:
     """Check every tensor's name and type up front, so a bad file fails before any is read.
 
@@ -169,4 +175,4 @@ def plan_tensors(
         entries.append((hf_name, tensor))
         if keep_quantized and (kept_as := kept_format(tensor)) is not None:
             kept[hf_name] = kept_as
-    return TensorPlan(tuple(entries), query_heads, key_value_heads, unpermute_rotary, kept)
+    return TensorPlan(tuple(entries), query_heads, key_value_heads, unpermute_rotary, kept, release)

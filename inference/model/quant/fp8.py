@@ -39,9 +39,11 @@ from inference.model.quant.fp8_math import (
     FP8_DTYPE,
     FP8_MAX,
     GroupedFp8Matmul,
+    quantize_rows_into,
     quantize_tokens_fp8,
     quantize_weight_fp8,
 )
+from inference.model.quant.group_math import GroupQuantized
 
 # Tokens up to which a dynamic per-row layer on CUDA runs the weight-only Triton kernel
 # (`inference/kernels/triton/fp8_gemv.py`), which beat _scaled_mm at up to 16 on an H200.
@@ -73,6 +75,7 @@ class Fp8Linear(nn.Module):
         input_scale: bool = False,
         group_size: int | None = None,
         block_rows: int | None = None,
+        quantize_on_load: bool = False,
     ) -> None:
         super().__init__()
         if in_features <= 0:
@@ -93,6 +96,9 @@ class Fp8Linear(nn.Module):
         self.group_size = group_size
         # A block-wise checkpoint's scales cover this many rows each; spread on load.
         self.block_rows = block_rows
+        # Filled from a float checkpoint, each shard quantized as it arrives (its scales
+        # are then computed, not read).
+        self.quantize_on_load = quantize_on_load
         out = sum(shard_sizes)
         self.weight = nn.Parameter(
             torch.empty(out, in_features, dtype=FP8_DTYPE, device=device), requires_grad=False
@@ -170,11 +176,32 @@ class Fp8Linear(nn.Module):
         start = sum(self.shard_sizes[:shard])
         return slice(start, start + self.shard_sizes[shard])
 
-    def load_shard(self, param_name: str, shard: int, tensor: torch.Tensor, name: str) -> None:
-        """Copy checkpoint tensor `name` into shard `shard` of one of the layer's tensors."""
+    @property
+    def checkpoint_parameters(self) -> tuple[str, ...]:
+        """The parameters a checkpoint supplies: quantizing on load computes the scales."""
+        if self.quantize_on_load:
+            names: tuple[str, ...] = ("weight", "bias")
+        else:
+            names = ("weight", "weight_scale", "input_scale", "bias")
+        return tuple(name for name in names if getattr(self, name) is not None)
+
+    def load_shard(
+        self, param_name: str, shard: int, tensor: torch.Tensor | GroupQuantized, name: str
+    ) -> None:
+        """Copy checkpoint tensor `name` into shard `shard` of one of the layer's tensors
+        (with ``quantize_on_load``, a float weight is quantized into the shard's rows)."""
         rows = self.shard_rows(shard)
         size = self.shard_sizes[shard]
-        if param_name == "weight":
+        if param_name not in self.checkpoint_parameters:
+            raise ValueError(f"unexpected tensor {name}: the layer takes no {param_name}")
+        if param_name == "weight" and self.quantize_on_load:
+            target = self.weight.data[rows]
+            _check_shape(tensor, target.shape, name)
+            quantize_rows_into(tensor, self.dtype, target, self.weight_scale.data[rows],
+                               self.group_size)  # fmt: skip
+        elif isinstance(tensor, GroupQuantized):
+            raise ValueError(f"tensor {name} is group-quantized; this FP8 layer reads e4m3")
+        elif param_name == "weight":
             target = self.weight.data[rows]
             if tensor.dtype != FP8_DTYPE:
                 raise ValueError(f"tensor {name} is {tensor.dtype}; an FP8 layer needs e4m3")
@@ -278,7 +305,7 @@ class Fp8Linear(nn.Module):
         )
 
 
-def _check_shape(tensor: torch.Tensor, shape: torch.Size, name: str) -> None:
+def _check_shape(tensor: torch.Tensor | GroupQuantized, shape: torch.Size, name: str) -> None:
     if tuple(tensor.shape) != tuple(shape):
         raise ValueError(f"tensor {name} has shape {tuple(tensor.shape)}, expected {tuple(shape)}")
 

@@ -16,8 +16,10 @@ from inference.model.layers.embedding import VocabEmbedding
 from inference.model.quant.fp8_math import (
     FP8_DTYPE,
     GroupedFp8Matmul,
+    quantize_rows_into,
     quantize_weight_fp8,
 )
+from inference.model.quant.group_math import GroupQuantized
 
 if TYPE_CHECKING:
     from inference.kernels.cpu.layers import CpuLayerKernels
@@ -56,6 +58,18 @@ class Fp8Embedding(nn.Module):
         layer.weight.data.copy_(q)
         layer.weight_scale.data.copy_(scale)
         return layer
+
+    # A checkpoint supplies the float table; its scales are computed as it loads.
+    checkpoint_parameters = ("weight",)
+
+    def load_shard(
+        self, param_name: str, shard: int, tensor: torch.Tensor | GroupQuantized, name: str
+    ) -> None:
+        """Quantize a checkpoint's float table into this one as it loads."""
+        if param_name != "weight" or shard != 0:
+            raise ValueError(f"unexpected tensor {name}: an FP8 embedding takes its table only")
+        quantize_rows_into(tensor, self.dtype, self.weight.data, self.weight_scale.data,
+                           self.group_size)  # fmt: skip
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:  # (T,) -> (T, hidden)
         # Gathered as bytes: index_select has no FP8 kernel on every device.

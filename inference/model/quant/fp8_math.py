@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
+from inference.model.quant.group_math import GroupQuantized, dequantize
+
 if TYPE_CHECKING:
     from inference.kernels.cpu.layers import CpuLayerKernels
 
@@ -23,6 +25,8 @@ FP8_MAX = float(torch.finfo(FP8_DTYPE).max)  # 448
 MIN_SCALE = 1e-12
 # A grouped layer dequantizes at most this many weight values at a time.
 DEQUANT_SLICE_ELEMENTS = 1 << 24
+# Quantizing while loading works through this many values of a tensor at a time.
+QUANTIZE_SLICE_ELEMENTS = 1 << 20
 
 
 def quantize_weight_fp8(
@@ -48,6 +52,36 @@ def quantize_weight_fp8(
     scale = (padded.abs().amax(dim=2) / FP8_MAX).clamp(min=MIN_SCALE)
     q = (w / expand_scale(scale, cols, group_size)).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
     return q, scale
+
+
+def quantize_rows_into(
+    source: torch.Tensor | GroupQuantized,
+    dtype: torch.dtype,
+    q: torch.Tensor,
+    scale: torch.Tensor,
+    group_size: int | None = None,
+) -> None:
+    """Quantize a checkpoint tensor into the e4m3 rows ``q`` and their scales ``scale``,
+    as `quantize_weight_fp8` would quantize it once copied into a ``dtype`` weight: bit for
+    bit, since every step is row-local. It works through QUANTIZE_SLICE_ELEMENTS values
+    at a time, so the float32 working copies stay small beside the source tensor; a GGUF
+    block tensor (`GroupQuantized`) is dequantized a slice at a time too."""
+    if tuple(source.shape) != tuple(q.shape):
+        raise ValueError(f"expected a weight of shape {tuple(q.shape)}, got {tuple(source.shape)}")
+    if isinstance(source, torch.Tensor) and (
+        not source.is_floating_point() or source.dtype == FP8_DTYPE
+    ):
+        raise ValueError(f"cannot quantize a {source.dtype} tensor from a float checkpoint")
+    total, cols = q.shape
+    rows = max(1, QUANTIZE_SLICE_ELEMENTS // max(1, cols))
+    for start in range(0, total, rows):
+        if isinstance(source, GroupQuantized):
+            part = dequantize(source.select_rows(slice(start, start + rows)))
+        else:
+            part = source[start : start + rows]
+        part_q, part_scale = quantize_weight_fp8(part.to(device=q.device, dtype=dtype), group_size)
+        q[start : start + rows] = part_q
+        scale[start : start + rows] = part_scale
 
 
 def quantize_tokens_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
