@@ -106,6 +106,11 @@ class EngineConfig:
                              "parallelism splits float weights only")  # fmt: skip
         if self.quantization == "gguf" and not self.model.endswith(".gguf"):
             raise ValueError(f"quantization 'gguf' needs a .gguf file, got {self.model!r}")
+        if self.quantization in ("gptq", "awq") and self.model.endswith(".gguf"):
+            raise ValueError(
+                f"quantization {self.quantization!r} needs a {self.quantization.upper()} "
+                f"checkpoint directory, got the GGUF file {self.model!r}"
+            )
         if self.max_num_seqs < 1:
             raise ValueError(f"max_num_seqs must be at least 1, got {self.max_num_seqs}")
         for name in ("max_num_batched_tokens", "max_model_len", "kv_cache_memory_bytes"):

@@ -113,15 +113,20 @@ def read_packed_format(config: object) -> PackedFormat | None:
 
 
 def _unpack_words(words: torch.Tensor, bits: int, dim: int) -> torch.Tensor:
-    """int32 words -> one value a field (int32, 0..2**bits-1), the fields of each word
-    laid out along ``dim`` (0: rows, 1: columns), the low bits first."""
-    shifts = torch.arange(0, 32, bits, dtype=torch.int32)
-    mask = (1 << bits) - 1
-    if dim == 0:  # (words, cols) -> (words * per_word, cols)
-        fields = (words[:, None, :] >> shifts[None, :, None]) & mask
-        return fields.reshape(-1, words.shape[1])
-    fields = (words[:, :, None] >> shifts[None, None, :]) & mask
-    return fields.reshape(words.shape[0], -1)
+    """int32 words -> one uint8 value a field, the fields of each word laid out along
+    ``dim`` (0: rows, 1: columns), the low bits first. One field at a time, so no
+    temporary is wider than the words themselves."""
+    per, mask = 32 // bits, (1 << bits) - 1
+    rows, cols = words.shape
+    if dim == 0:  # (words, cols) -> (words * per, cols)
+        out = torch.empty(rows, per, cols, dtype=torch.uint8)
+        fields = [out[:, k, :] for k in range(per)]
+    else:  # (rows, words) -> (rows, words * per)
+        out = torch.empty(rows, cols, per, dtype=torch.uint8)
+        fields = [out[:, :, k] for k in range(per)]
+    for k, field in enumerate(fields):
+        field.copy_((words >> (bits * k)) & mask)
+    return out.reshape(rows * per, cols) if dim == 0 else out.reshape(rows, cols * per)
 
 
 def _awq_columns(values: torch.Tensor) -> torch.Tensor:
@@ -174,7 +179,7 @@ def convert_packed(
             f"quantized layer {name}: scales {tuple(scales.shape)} and qzeros "
             f"{tuple(qzeros.shape)} do not fit {groups} groups of {rows} outputs"
         )
-    zero = (zeros[:, :rows] + fmt.zero_offset).T.float()  # (out, groups)
+    zero = zeros[:, :rows].T.float() + fmt.zero_offset  # (out, groups); v1's 255 + 1 too
     scale = scales.T.to(torch.float16).contiguous()
     offset = (-scale.float() * zero).to(torch.float16)
     if not (torch.isfinite(scale).all() and torch.isfinite(offset).all()):
@@ -188,7 +193,7 @@ def convert_packed(
         ordered = g_idx.to(torch.int64) if perm is None else g_idx.to(torch.int64)[perm]
         if not torch.equal(ordered, torch.arange(cols) // group_size):
             raise ValueError(f"tensor {name}.g_idx does not put {group_size} columns in each group")
-    codes = q.T if perm is None else q.T[:, perm]  # (out, in), groups contiguous
+    codes = (q if perm is None else q[perm]).T  # (out, in), groups contiguous; whole rows gathered
     packed = GroupQuantized(pack_codes(codes, fmt.bits), scale, offset, fmt.bits, group_size, cols)
     packed.check(name)
     return packed, perm

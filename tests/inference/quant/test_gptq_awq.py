@@ -240,3 +240,5 @@ def test_engine_config_takes_the_names() -> None:
         assert EngineConfig(model="dir", quantization=name).quantization == name
     with pytest.raises(ValueError, match="one rank"):
         EngineConfig(model="dir", quantization="gptq", tensor_parallel_size=2)
+    with pytest.raises(ValueError, match="needs a AWQ checkpoint directory"):
+        EngineConfig(model="model.gguf", quantization="awq")
