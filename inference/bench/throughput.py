@@ -25,7 +25,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument(
         "--quantization",
-        choices=["fp8", "gguf"],  # inference.model.quant.QUANTIZATIONS, without importing torch
+        # inference.model.quant.QUANTIZATIONS, without importing torch
+        choices=["fp8", "gguf", "gptq", "awq"],
         help="fp8: quantized at load; gguf: a GGUF file's Q4_0/Q4_1/Q8_0 kept as they are",
     )
     parser.add_argument("--max-num-seqs", type=int, default=64)

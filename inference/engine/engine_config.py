@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda")
-QUANTIZATIONS = ("fp8", "gguf")  # as inference.model.quant.QUANTIZATIONS
+QUANTIZATIONS = ("fp8", "gguf", "gptq", "awq")  # as inference.model.quant.QUANTIZATIONS
 KV_CACHE_DTYPES = ("auto", "fp8")
 ATTENTION_BACKENDS = ("auto", "torch", "cpu", "triton")
 SPECULATIVE_METHODS = ("ngram", "draft")
@@ -20,8 +20,10 @@ class EngineConfig:
     ``kv_cache_memory_fraction`` of the device memory that is free once weights are loaded.
     ``quantization="fp8"`` keeps the decoder's linear weights in float8_e4m3fn (a checkpoint
     already in FP8 loads as FP8 regardless); ``quantization="gguf"`` keeps a GGUF file's
-    Q4_0/Q4_1/Q8_0 matrices as they are (one rank only); ``kv_cache_dtype="fp8"`` stores K and V in
-    e4m3, twice the tokens in the same bytes ("auto": the model dtype).
+    Q4_0/Q4_1/Q8_0 matrices as they are (one rank only); a GPTQ or AWQ checkpoint loads as
+    it is (one rank only), with ``quantization`` None or "gptq" / "awq" naming it;
+    ``kv_cache_dtype="fp8"`` stores K and V in e4m3, twice the tokens in the same bytes
+    ("auto": the model dtype).
     ``attention_backend="auto"`` runs the Triton kernels on CUDA and the C kernels on a CPU
     (the torch path where they cannot be built); ``enforce_eager`` turns off CUDA graphs
     for decode steps.
@@ -99,11 +101,16 @@ class EngineConfig:
             raise ValueError(
                 f"tensor_parallel_size must be at least 1, got {self.tensor_parallel_size}"
             )
-        if self.quantization == "gguf" and self.tensor_parallel_size > 1:
-            raise ValueError("quantization 'gguf' runs on one rank; tensor parallelism splits "
-                             "float weights only")  # fmt: skip
+        if self.quantization in ("gguf", "gptq", "awq") and self.tensor_parallel_size > 1:
+            raise ValueError(f"quantization {self.quantization!r} runs on one rank; tensor "
+                             "parallelism splits float weights only")  # fmt: skip
         if self.quantization == "gguf" and not self.model.endswith(".gguf"):
             raise ValueError(f"quantization 'gguf' needs a .gguf file, got {self.model!r}")
+        if self.quantization in ("gptq", "awq") and self.model.endswith(".gguf"):
+            raise ValueError(
+                f"quantization {self.quantization!r} needs a {self.quantization.upper()} "
+                f"checkpoint directory, got the GGUF file {self.model!r}"
+            )
         if self.max_num_seqs < 1:
             raise ValueError(f"max_num_seqs must be at least 1, got {self.max_num_seqs}")
         for name in ("max_num_batched_tokens", "max_model_len", "kv_cache_memory_bytes"):

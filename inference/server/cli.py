@@ -56,7 +56,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--quantization",
         choices=QUANTIZATIONS,
-        help="fp8: FP8 linear weights; gguf: keep a GGUF file's Q4_0/Q4_1/Q8_0 weights as they are",
+        help="fp8: FP8 linear weights; gguf: keep a GGUF file's Q4_0/Q4_1/Q8_0 weights as they "
+        "are; gptq, awq: name what a GPTQ / AWQ checkpoint holds (it loads as it is without)",
     )
     parser.add_argument(
         "--kv-cache-dtype",

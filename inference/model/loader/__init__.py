@@ -18,6 +18,12 @@ from inference.model.quant import QUANTIZATIONS
 from inference.model.quant.apply import prepare_fp8_at_load
 from inference.model.quant.checkpoint import Fp8Checkpoint, inspect_fp8_checkpoint
 from inference.model.quant.group_math import GroupQuantized
+from inference.model.quant.packed_checkpoint import (
+    PACKED_METHODS,
+    PackedCheckpoint,
+    check_requested,
+    inspect_packed_checkpoint,
+)
 from inference.model.registry import model_class_for
 
 if TYPE_CHECKING:
@@ -64,13 +70,18 @@ def load_model(
     """Load a checkpoint. ``gguf``: an already opened GGUF file (its tensors unread).
 
     ``quantization="fp8"`` quantizes the linear layers and the token table tensor by tensor
-    as they are read (`prepare_fp8_at_load`): the model never exists whole in bf16. A checkpoint
-    already in FP8 loads as it is, whatever ``quantization`` says; its KV cache scales,
+    as they are read (`prepare_fp8_at_load`): the model never exists whole in bf16. A
+    checkpoint already in FP8 loads as it is, whatever ``quantization`` says; its KV cache scales,
     if any, are left on the model (see `checkpoint_kv_scales`).
 
     ``quantization="gguf"`` keeps a GGUF file's Q4_0, Q4_1 and Q8_0 matrices as they are
     in the file (group-quantized layers, never a float copy); a given ``gguf`` must have
     been read with ``keep_quantized``. Other checkpoints are refused with that setting.
+
+    A GPTQ or AWQ checkpoint (config.json's quantization_config) loads its layers as they
+    are (group-quantized layers, never a float copy) with ``quantization`` None or its own
+    method ("gptq" / "awq"); any other setting, or "gptq" / "awq" on another checkpoint,
+    is a ValueError that says what the checkpoint holds.
     """
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise ValueError(f"unknown quantization {quantization!r}; use {', '.join(QUANTIZATIONS)}")
@@ -78,6 +89,12 @@ def load_model(
     device = torch.device(device)
     tensors: Iterable[tuple[str, torch.Tensor | GroupQuantized]]
     fp8: Fp8Checkpoint | None = None
+    packed: PackedCheckpoint | None = None
+    if quantization in PACKED_METHODS and (gguf is not None or path.suffix == ".gguf"):
+        raise ValueError(
+            f"--quantization {quantization} loads a {quantization.upper()} checkpoint "
+            f"directory; {path.name} is a GGUF file (use gguf, or leave it out)"
+        )
     if gguf is not None or path.suffix == ".gguf":
         from inference.model.loader.gguf import read_gguf  # the GGUF reader is optional
 
@@ -92,24 +109,34 @@ def load_model(
     elif quantization == "gguf":
         raise ValueError(
             f"--quantization gguf applies to .gguf files; {path.name} is a Hugging Face "
-            "checkpoint (use no --quantization, or fp8)"
+            "checkpoint (leave --quantization out to load it as it is)"
         )
     else:
         checkpoint = HFCheckpoint(path)
         hf_config, total = checkpoint.config, checkpoint.num_tensors
-        headers = (
-            (name, str(info.get("dtype")))
-            for file in checkpoint.files
-            for name, info in read_header(file).items()
-        )
-        fp8 = inspect_fp8_checkpoint(hf_config, headers)
-        # Lazy: the FP8 filter keeps KV cache scales aside as the tensors stream.
-        tensors = checkpoint.tensors() if fp8 is None else fp8.filter_tensors(checkpoint.tensors())
+        packed = inspect_packed_checkpoint(hf_config, checkpoint.files)
+        check_requested(quantization, packed, path.name)
+        if packed is not None:  # a layer's packed parts stream on as one weight
+            tensors = packed.convert_tensors(checkpoint.tensors())
+            total -= packed.merged_tensors
+        else:
+            headers = (
+                (name, str(info.get("dtype")))
+                for file in checkpoint.files
+                for name, info in read_header(file).items()
+            )
+            fp8 = inspect_fp8_checkpoint(hf_config, headers)
+            # Lazy: the FP8 filter keeps KV cache scales aside as the tensors stream.
+            tensors = (
+                checkpoint.tensors() if fp8 is None else fp8.filter_tensors(checkpoint.tensors())
+            )
     config = ArchConfig.from_hf_config(hf_config)
     model_dtype = resolve_dtype(dtype, hf_config, device)
     model = model_class_for(config)(config, model_dtype, device)
     if fp8 is not None:
         fp8.prepare(model)
+    elif packed is not None:
+        packed.prepare(model)
     elif quantization == "fp8":
         prepare_fp8_at_load(model)
     if quantization == "gguf" and gguf is not None:

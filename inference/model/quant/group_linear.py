@@ -108,7 +108,12 @@ class GroupQuantWeights(nn.Module):
 class GroupQuantLinear(GroupQuantWeights):
     """A `FusedLinear` whose weight is group-quantized: the same shard layout
     (``shard_sizes``, ``shard_rows``, ``load_shard``), so fused q|k|v and gate|up load and
-    split as before. Each shard's `GroupQuantized` must have the layer's bits and groups."""
+    split as before. Each shard's `GroupQuantized` must have the layer's bits and groups.
+
+    ``input_perm`` (act-order GPTQ, see packed_format.py): the weight's columns are stored
+    in this order of the input's, so the input is gathered the same way first."""
+
+    input_perm: torch.Tensor | None
 
     def __init__(
         self,
@@ -135,6 +140,12 @@ class GroupQuantLinear(GroupQuantWeights):
             if bias
             else None
         )  # fmt: skip
+        self.register_buffer("input_perm", None)
+
+    def set_input_perm(self, perm: torch.Tensor) -> None:
+        if tuple(perm.shape) != (self.in_features,):
+            raise ValueError(f"input permutation of {perm.shape} for {self.in_features} inputs")
+        self.input_perm = perm.to(device=self.weight.device, dtype=torch.int64)
 
     @property
     def out_features(self) -> int:
@@ -166,6 +177,8 @@ class GroupQuantLinear(GroupQuantWeights):
             raise ValueError(f"unexpected tensor {name}: the layer has no {param_name}")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (T, in) -> (T, sum(shards))
+        if self.input_perm is not None:
+            x = x.index_select(-1, self.input_perm)
         y = self.matmul(x)
         return y if self.bias is None else y + self.bias
 

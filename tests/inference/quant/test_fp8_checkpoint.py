@@ -181,7 +181,7 @@ def test_blockwise_fp8_checkpoint_loads_grouped_and_matches_its_dequantized_weig
 @pytest.mark.parametrize(
     ("quantization_config", "message"),
     [
-        ({"quant_method": "gptq", "bits": 4}, "'gptq' is not supported"),
+        ({"quant_method": "bitsandbytes", "bits": 4}, "'bitsandbytes' is not supported"),
         ({"quant_method": "fp8", "weight_block_size": [128]}, "two positive integers"),
         (
             {
