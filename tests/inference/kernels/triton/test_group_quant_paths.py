@@ -1,16 +1,30 @@
 """GroupQuantLinear and GroupQuantEmbedding on their CUDA path, run here under the
-interpreter: with `use_triton` every call goes through the Triton kernel."""
+interpreter: with `use_triton` every call goes through the Triton kernel, and a tiny GGUF
+model kept quantized that way gives the logits of the file dequantized at load."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
 from inference.kernels.profile import group_quant_triton_runs
 from inference.kernels.triton.group_gemm import group_quant_matmul
-from inference.model.quant.group_linear import GroupQuantEmbedding, GroupQuantLinear
+from inference.model.loader import load_model
+from inference.model.quant.group_linear import (
+    GroupQuantEmbedding,
+    GroupQuantLinear,
+    GroupQuantWeights,
+)
 from inference.model.quant.group_math import GroupQuantized, dequantize, quantize_groups
+from tests.inference.model.test_gguf_kept_quantized import (
+    LAYOUTS,
+    PROMPTS,
+    assert_logits_close,
+    run_steps,
+    write_model,
+)
 
 CPU = torch.device("cpu")
 
@@ -70,3 +84,19 @@ def test_the_kept_quantized_output_projection_takes_the_kernel() -> None:
 def test_the_profile_probe_runs_its_own_call() -> None:
     # A mistake in the probe's tiny weight would turn the kernel off on every GPU.
     assert group_quant_triton_runs(CPU, torch.float32)
+
+
+def test_a_kept_quantized_model_on_the_kernel_matches_dequantized_at_load(
+    tmp_path: Path,
+) -> None:
+    # Q4_0 q|k|v and down, Q8_0 o_proj and table, Q4_1 gate|up and output projection.
+    types, head = LAYOUTS["untied-q4-head"]
+    path = write_model(tmp_path / "model.gguf", types, head)
+    reference, _ = load_model(path, dtype="float32", progress=False)
+    kept, _ = load_model(path, dtype="float32", progress=False, quantization="gguf")
+    layers = [m for m in kept.modules() if isinstance(m, GroupQuantWeights)]
+    assert {m.bits for m in layers} == {4, 8} and kept.lm_head in layers
+    for layer in layers:
+        layer.use_triton(True)
+    # A prefill of both prompts (27 rows: plain tiles), then decodes of 2 rows (split K).
+    assert_logits_close(run_steps(kept, PROMPTS), run_steps(reference, PROMPTS))
