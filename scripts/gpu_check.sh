@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# On one GPU (an H200 takes a few minutes): the Triton kernels against the torch path,
-# then decode tokens/s at batch 1, 32 and 128 for bf16 and fp8 weights, batch-1 HBM
-# bandwidth and prefill tokens/s; JSON lands in docs/benchmarks/gpu-check-<date>.json.
+# On one GPU (an H200 takes a few minutes): the Triton kernels against the torch path
+# (the group-quantized 4/8-bit matmul too, timed against torch's dequantize-then-matmul
+# on SmolLM2's shapes; alone: python -m inference.bench.group_gemm_check), then decode
+# tokens/s at batch 1, 32 and 128 for bf16 and fp8 weights, batch-1 HBM bandwidth and
+# prefill tokens/s; JSON lands in docs/benchmarks/gpu-check-<date>.json.
 # Without CUDA it stops at once with an error. `scripts/gpu_check.sh --device cpu --quick`
 # runs the plumbing on a CPU. Other arguments: python -m inference.bench.gpu_check --help.
 #

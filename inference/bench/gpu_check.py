@@ -1,6 +1,8 @@
 """`scripts/gpu_check.sh`: kernel correctness and decode/prefill speed on one GPU.
 
-1. The Triton kernels against the torch path on CUDA (`kernel_check`).
+1. The Triton kernels against the torch path on CUDA (`kernel_check`), then the
+   group-quantized matmul's cases and its timings on the demo model's shapes
+   (`group_gemm_check`).
 2. Per model, for bf16 and fp8 weights: decode output tokens/s at batch 1, 32 and 128, the
    fraction of HBM bandwidth that batch 1 achieves (weight bytes read per step over the
    step time, against 4.3 TB/s, what a device-to-device copy measured on an H200), and
@@ -137,6 +139,14 @@ def run_parts(
         else:
             print_kernel_table(kernels)
             ok = all(k["ok"] for k in kernels)
+        save(report, output)
+        from inference.bench.group_gemm_check import print_results, run_group_gemm_checks
+
+        group = guarded("group-quantized matmul", run_group_gemm_checks, device, quick=quick)
+        report["group_quant_matmul"] = group
+        ok = ok and "error" not in group and all(c["ok"] for c in group["cases"])
+        if "error" not in group:
+            print_results(group)
         save(report, output)
     workload = QUICK if quick else Workload()
     report["workload"] = dataclasses.asdict(workload)

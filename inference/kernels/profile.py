@@ -39,6 +39,9 @@ class DeviceProfile:
     fp8_scaled_mm: bool
     # The grouped FP8 Triton matmul for grouped FP8 layers (CUDA, probed).
     fp8_triton: bool
+    # The group-quantized (4-/8-bit) Triton matmul for GroupQuantLinear layers and a kept
+    # quantized output projection (CUDA, probed).
+    group_quant_triton: bool
 
 
 def choose_device_profile(
@@ -60,6 +63,7 @@ def choose_device_profile(
         layer_kernels=kernels,
         fp8_scaled_mm=scaled_mm,
         fp8_triton=on_cuda and grouped_fp8_triton_runs(device, dtype),
+        group_quant_triton=on_cuda and group_quant_triton_runs(device, dtype),
     )
 
 
@@ -92,5 +96,26 @@ def grouped_fp8_triton_runs(device: torch.device, dtype: torch.dtype) -> bool:
         grouped_fp8_matmul(x, q, torch.ones(16, 1, device=device), 32)
     except Exception as err:  # no triton, or a GPU it cannot compile for
         log.warning("grouped FP8 Triton matmul unavailable (%s): dequantizing instead", err)
+        return False
+    return True
+
+
+def group_quant_triton_runs(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether the group-quantized Triton matmul compiles and runs on ``device``, K split
+    in two (both of its kernels)."""
+    try:
+        from inference.kernels.triton.group_gemm import group_quant_matmul
+        from inference.model.quant.group_math import GroupQuantized
+
+        half = torch.float16
+        weight = GroupQuantized(
+            torch.zeros(16, 128, dtype=torch.uint8, device=device),
+            torch.ones(16, 8, dtype=half, device=device),
+            torch.zeros(16, 8, dtype=half, device=device),
+            bits=4, group_size=32, cols=256,
+        )  # fmt: skip
+        group_quant_matmul(torch.zeros(1, 256, dtype=dtype, device=device), weight, split_k=2)
+    except Exception as err:  # no triton, or a GPU it cannot compile for
+        log.warning("group-quantized Triton matmul unavailable (%s): dequantizing instead", err)
         return False
     return True

@@ -222,6 +222,8 @@ class LlamaForCausalLM(nn.Module):
                 module.use_paths(scaled_mm=profile.fp8_scaled_mm, triton=profile.fp8_triton)
             elif isinstance(module, Fp8Embedding):
                 module.use_paths(triton=profile.fp8_triton)
+            elif isinstance(module, GroupQuantWeights):
+                module.use_triton(profile.group_quant_triton)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """(N, hidden) -> (N, vocab) float32."""

@@ -7,12 +7,17 @@ block of codes in registers; from MAX_KERNEL_ROWS rows on (prefill chunks), and 
 kernel is set (other devices, no compiler), the weight is dequantized for that call in
 slices of rows and multiplied by torch, then dropped.
 
+On CUDA, where the device profile found that it runs (`use_triton`), every call takes
+the Triton kernel instead (inference/kernels/triton/group_gemm.py), which also widens the
+codes in registers.
+
 Loaders hand a layer `GroupQuantized` tensors (GGUF Q4_0/Q4_1/Q8_0 blocks as they are in
 the file; `inference/model/loader/gguf_quant.py`), shard by shard as they do float ones.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
@@ -58,6 +63,16 @@ class GroupQuantWeights(nn.Module):
         self.register_buffer("weight_offset", torch.zeros(rows, groups, dtype=torch.float16,
                                                           device=device))  # fmt: skip
         self.kernels: CpuLayerKernels | None = None
+        self._triton: Callable[[torch.Tensor, GroupQuantized], torch.Tensor] | None = None
+
+    def use_triton(self, enabled: bool) -> None:
+        """Take the Triton kernel for every call (only where the device profile's probe
+        found that it runs: a layer never changes path mid-serving)."""
+        self._triton = None
+        if enabled:
+            from inference.kernels.triton.group_gemm import group_quant_matmul
+
+            self._triton = group_quant_matmul
 
     @property
     def packed(self) -> GroupQuantized:
@@ -83,6 +98,8 @@ class GroupQuantWeights(nn.Module):
 
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
         """``x @ w.T`` for x (T, cols) -> (T, rows) in x's dtype."""
+        if self._triton is not None:
+            return self._triton(x, self.packed)
         shape = x.shape
         x2 = x.reshape(-1, shape[-1])
         kernel = self.kernels.quant if self.kernels is not None else None

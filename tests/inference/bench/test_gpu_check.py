@@ -33,6 +33,8 @@ def test_a_failing_part_is_recorded_and_the_others_still_run(tmp_path: Path) -> 
     # The kernels ran under the interpreter and matched the torch path.
     assert [k["ok"] for k in report["kernels"]] == [True, True, True]
     assert report["kernels"][2]["case"].endswith("kv=fp8 d=16")
+    group = report["group_quant_matmul"]  # two tiny interpreted cases, untimed on a CPU
+    assert [c["ok"] for c in group["cases"]] == [True, True] and group["timings"] == []
     smollm2 = report["models"]["smollm2-135m"]
     for weights in ("bf16", "fp8"):
         assert "not a readable GGUF file" in smollm2[weights]["error"]

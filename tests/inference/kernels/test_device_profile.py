@@ -21,7 +21,7 @@ CPU = torch.device("cpu")
 
 def test_a_cpu_profile_has_no_gpu_paths() -> None:
     auto = choose_device_profile("auto", CPU, torch.bfloat16)
-    assert not auto.fp8_scaled_mm and not auto.fp8_triton
+    assert not auto.fp8_scaled_mm and not auto.fp8_triton and not auto.group_quant_triton
     # The C kernels come with the CPU attention backend (where they build) and only then.
     assert (auto.layer_kernels is not None) == isinstance(auto.attention, CpuAttentionBackend)
     reference = choose_device_profile("torch", CPU, torch.bfloat16)

@@ -6,7 +6,8 @@ process because the kernel tests' conftest re-imports the kernels for the interp
 Each compile-time branch the engine can take is built once: FP8 and bf16 pools, one
 decode split and several (and the kernel that combines them), int32 lengths (an eager
 step's plan) and int64 ones (a CUDA graph's buffer), GQA groups of 1 and 3, the FP8
-matmul's decode and prefill tiles, the FP8 quantizer and the few-token FP8 matmul.
+matmul's decode and prefill tiles, the FP8 quantizer, the few-token FP8 matmul and the
+group-quantized matmul's 4- and 8-bit tiles and its sum of K splits.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ SCRIPT = textwrap.dedent(
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
     from inference.kernels.triton import (
-        chunk_attention, decode_attention, fp8_gemv, fp8_matmul, fp8_quant, kv_write,
+        chunk_attention, decode_attention, fp8_gemv, fp8_matmul, fp8_quant, group_gemm, kv_write,
     )
 
     def build(fn, signature, constants):
@@ -97,6 +98,31 @@ SCRIPT = textwrap.dedent(
              "BLOCK_M": block_m, "BLOCK_N": 64, "BLOCK_K": 64,
              "DOT_DTYPE": tl.bfloat16, "DOT_PRECISION": "tf32", "IS_BF16": True},
         )
+    # Group-quantized: 4-bit decode tiles writing split partials (groups of 32, 4 a tile;
+    # 96, inside 32-column tiles) and the sum of splits, 4-bit prefill tiles inside groups
+    # of 128, 8-bit decode tiles.
+    for bits, group_k, block_m, block_n, block_k, out in (
+        (4, 32, 16, 32, 128, "*fp32"), (4, 96, 16, 32, 32, "*fp32"),
+        (4, 128, 64, 64, 64, "*bf16"), (8, 64, 16, 32, 128, "*bf16"),
+    ):
+        per_tile = group_gemm.groups_per_tile(group_k, block_k)
+        build(
+            group_gemm._group_gemm_kernel,
+            {"x_ptr": "*bf16", "c_ptr": "*u8", "s_ptr": "*fp16", "o_ptr": "*fp16", "y_ptr": out,
+             "M": "i32", "N": "i32", "K": "i32", "code_bytes": "i32", "num_groups": "i32",
+             "k_tiles": "i32", "tiles_per_split": "i32",
+             **strides("stride_xm", "stride_cn", "stride_sn", "stride_on", "stride_ym",
+                       "stride_ysplit")},
+            {"BITS": bits, "GROUP": group_k, "GROUPS_PER_TILE": per_tile,
+             "WIDTH": block_k // per_tile, "BLOCK_M": block_m, "BLOCK_N": block_n,
+             "BLOCK_K": block_k, "DOT_DTYPE": tl.bfloat16, "DOT_PRECISION": "tf32",
+             "ROUND_BF16": False},  # a GPU rounds in its own cast
+        )
+    build(
+        group_gemm._sum_splits_kernel,
+        {"p_ptr": "*fp32", "y_ptr": "*bf16", "total": "i32", "num_splits": "i32"},
+        {"BLOCK": 1024},
+    )
     # The number of decode splits changes as contexts grow: were it compiled in, each new
     # value would build both kernels again in the middle of serving.
     for kernel in (decode_attention._decode_kernel, decode_attention._combine_splits_kernel):

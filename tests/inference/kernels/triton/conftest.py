@@ -21,6 +21,7 @@ KERNEL_MODULES = [
     "inference.kernels.triton.decode_attention",
     "inference.kernels.triton.chunk_attention",
     "inference.kernels.triton.fp8_matmul",
+    "inference.kernels.triton.group_gemm",
     "inference.kernels.triton.fp8_gemv",
     "inference.kernels.triton.fp8_quant",
     "inference.kernels.triton.backend",
