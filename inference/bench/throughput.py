@@ -103,7 +103,8 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from inference import LLM, SamplingParams
-    from inference.bench.machine import cpu_model
+    from inference.bench.machine import cpu_model, current_rss_bytes
+    from inference.bench.weight_bytes import decode_weight_bytes
 
     started = time.perf_counter()
     llm = LLM(
@@ -162,6 +163,7 @@ def run(args: argparse.Namespace) -> int:
         "cached_prompt_tokens": sum(o.num_cached_tokens for o in outputs),
         "prompt_tokens": in_tokens,
         "kv_capacity_tokens": llm.engine.kv_capacity_tokens,
+        "weight_bytes_per_decode_step": decode_weight_bytes(llm.engine.model),
         "preemptions": llm.engine.scheduler.num_preemptions,
     }
     if naive_runs:
@@ -180,6 +182,8 @@ def run(args: argparse.Namespace) -> int:
             llm, args, lambda index: make_prompts(vocab, special, args, index)
         )
     result["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    rss = current_rss_bytes()
+    result["rss_mib"] = None if rss is None else round(rss / 2**20, 1)
     text = json.dumps(result, indent=2)
     print(text)
     if args.output:
