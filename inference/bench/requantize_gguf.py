@@ -32,9 +32,9 @@ def requantize(source: Path, target: Path, qtype: GGMLQuantizationType) -> int:
     for field in reader.fields.values():
         if field.name == Keys.General.ARCHITECTURE or field.name.startswith("GGUF."):
             continue  # written by GGUFWriter itself
-        kind = field.types[0]
-        sub = field.types[-1] if kind == GGUFValueType.ARRAY else None
-        writer.add_key_value(field.name, field.contents(), kind, sub_type=sub)
+        value_type = field.types[0]
+        sub = field.types[-1] if value_type == GGUFValueType.ARRAY else None
+        writer.add_key_value(field.name, field.contents(), value_type, sub_type=sub)
     changed = 0
     for tensor in reader.tensors:
         cols = int(tensor.shape[0])
