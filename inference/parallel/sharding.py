@@ -27,6 +27,7 @@ from inference.model.arch import ArchConfig
 from inference.model.layers.linear import FusedLinear
 from inference.model.llama import LlamaAttention, LlamaForCausalLM, LlamaMLP
 from inference.model.quant.fp8 import Fp8Linear
+from inference.model.quant.group_linear import GroupQuantWeights
 
 AnyLinear = FusedLinear | Fp8Linear
 
@@ -158,6 +159,11 @@ def shard_model(
 
 
 def _linear(module: nn.Module) -> AnyLinear:
+    if isinstance(module, GroupQuantWeights):
+        raise ValueError(
+            "tensor parallelism does not split group-quantized layers (a GPTQ or AWQ "
+            "checkpoint, or --quantization gguf); run this model with --tensor-parallel-size 1"
+        )
     if not isinstance(module, FusedLinear | Fp8Linear):
         raise TypeError(f"cannot shard a {type(module).__name__}; expected a linear layer")
     return module

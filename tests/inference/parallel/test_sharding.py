@@ -20,6 +20,7 @@ from inference.model.layers.linear import FusedLinear
 from inference.model.llama import LlamaAttention, LlamaForCausalLM, LlamaMLP
 from inference.model.quant import quantize_model_fp8
 from inference.model.quant.fp8 import Fp8Linear
+from inference.model.quant.group_linear import GroupQuantLinear
 from inference.parallel.sharding import (
     RowParallel,
     check_tensor_parallel,
@@ -146,6 +147,18 @@ def test_shard_model_keeps_local_heads_and_fp8_reaches_wrapped_layers() -> None:
     assert quantize_model_fp8(model) == 4 * 2 + 1  # and the replicated lm_head
     assert isinstance(attn.o_proj, RowParallel) and isinstance(attn.o_proj.inner, Fp8Linear)
     assert isinstance(attn.qkv_proj, Fp8Linear) and attn.qkv_proj.shard_sizes == [16, 8, 8]
+
+
+def test_group_quantized_layers_are_refused_with_a_clear_error() -> None:
+    model = LlamaForCausalLM(arch(), torch.float32)
+    attn = model.model.layers[0].self_attn
+    qkv = attn.qkv_proj
+    attn.qkv_proj = GroupQuantLinear(
+        qkv.in_features, qkv.shard_sizes, bits=4, group_size=32, bias=True,
+        dtype=torch.float32, device="cpu",
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="--tensor-parallel-size 1"):
+        shard_model(model, 0, 2, None)
 
 
 def test_config_and_cli_carry_tensor_parallel_size() -> None:
