@@ -6,7 +6,8 @@
 2. Per model, for bf16 and fp8 weights: decode output tokens/s at batch 1, 32 and 128, the
    fraction of HBM bandwidth that batch 1 achieves (weight bytes read per step over the
    step time, against 4.3 TB/s, what a device-to-device copy measured on an H200), and
-   prefill tokens/s.
+   prefill tokens/s; then the peak memory of loading it in bf16, in FP8 and (a GGUF file)
+   kept quantized (`load_memory_check`: FP8 is quantized tensor by tensor as it loads).
 
 Models, built here since the GPU machine reaches no model hub:
 - ``smollm2-135m``: the demo GGUF (`scripts/fetch-demo-model.sh`) when ``--gguf`` names it
@@ -41,6 +42,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from inference.bench.load_memory_check import load_memory
 from inference.bench.random_llama import SHAPES, build_random_llama
 
 HBM_BYTES_PER_S = 4.3e12
@@ -171,6 +173,11 @@ def run_parts(
             )
             ok = ok and not (isinstance(entry[weights], dict) and "error" in entry[weights])
             save(report, output)
+        loads = guarded(f"{name} load memory", load_memory, path, device)
+        entry["load_memory"] = loads
+        ok = ok and "error" not in loads and all("error" not in v for v in loads.values())
+        print(f"{name} peak memory while loading (MiB): {entry['load_memory']}")
+        save(report, output)
         if device.type == "cuda" and name == models[0]:
             entry["graphs_vs_eager"] = guarded(f"{name} graphs", graphs_vs_eager, path)
             ok = ok and "error" not in entry["graphs_vs_eager"]

@@ -38,11 +38,17 @@ def test_a_failing_part_is_recorded_and_the_others_still_run(tmp_path: Path) -> 
     smollm2 = report["models"]["smollm2-135m"]
     for weights in ("bf16", "fp8"):
         assert "not a readable GGUF file" in smollm2[weights]["error"]
+    for weights in ("bf16", "fp8", "gguf"):
+        assert "not a readable GGUF file" in smollm2["load_memory"][weights]["error"]
     tiny = report["models"]["tiny"]
     for weights in ("bf16", "fp8"):
         assert "error" not in tiny[weights]
         assert set(tiny[weights]["decode_tokens_per_s"]) == {"1", "2"}
         assert tiny[weights]["prefill_tokens_per_s"] > 0
+    loads = tiny["load_memory"]  # a random Llama directory: no GGUF setting
+    assert set(loads) == {"bf16", "fp8"}
+    assert loads["fp8"]["weights_mib"] < 0.7 * loads["bf16"]["weights_mib"]
+    assert all(isinstance(loads[w]["peak_mib"], float) for w in loads)  # a tiny model's peak
     # FP8 weights are about half the bytes of bf16 ones.
     assert tiny["fp8"]["weight_bytes"] < 0.7 * tiny["bf16"]["weight_bytes"]
     assert "error: smollm2-135m bf16" in result.stderr
