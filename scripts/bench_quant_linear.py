@@ -37,7 +37,7 @@ SHAPES = [
     ("vocab", 49152, 576),
 ]
 CROSSOVER_SHAPES = [("gate_up", 3072, 576), ("down", 576, 1536)]
-CROSSOVER_ROWS = [1, 2, 4, 8, 12, 16, 24, 32, 48]
+CROSSOVER_ROWS = [1, 4, 8, 16, 24, 32, 48, 64, 96, 128]
 
 
 def best_of(functions: dict[str, Callable[[], object]], calls: int, repeats: int) -> dict[str, float]:

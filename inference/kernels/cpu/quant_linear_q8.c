@@ -42,6 +42,7 @@ enum { BLOCK = 32, M_TILE = 4, ROW_CHUNK = 16, WINDOW = 16 };
 
 int quant_linear_q8_available(void) { return Q8_PATH; }
 
+#if Q8_PATH != 2 /* the VNNI path converts 16 at a time */
 static float half_to_float(uint16_t h) {
 #if Q8_PATH
     return _cvtsh_ss(h);
@@ -67,6 +68,7 @@ static float half_to_float(uint16_t h) {
     return value;
 #endif
 }
+#endif
 
 static float load_x(const void *x, int bf16, int64_t at) {
     if (!bf16) return ((const float *)x)[at];
@@ -144,7 +146,8 @@ static int quantize_rows(const void *x, int64_t x_stride, int bf16, int64_t M, i
         }
         int32_t *centre = a->centre + m * (a->q_stride / 4);
         for (int64_t j = 0; j < a->q_stride / 4; j++)
-            centre[j] = -(1 << (bits - 1)) * (q[4 * j] + q[4 * j + 1] + q[4 * j + 2] + q[4 * j + 3]);
+            centre[j] = -(1 << (bits - 1)) * (q[4 * j] + q[4 * j + 1] + q[4 * j + 2] +
+                                              q[4 * j + 3]);
         for (int64_t j = 0; vnni4(bits) && j < a->q_stride / 4; j += 32) /* both halves a lane */
             for (int l = 0; l < 16; l++) centre[j + l] += centre[j + 16 + l];
     }
@@ -179,13 +182,15 @@ static inline __attribute__((always_inline)) void row_dot_tile(
         if (group_blocks > 1) /* each block of the window its group's scale */
             s = _mm512_permutexvar_ps(_mm512_loadu_si512(window_group + w0), s);
         __m512 ds[M_TILE];
-        for (int m = 0; m < MT; m++) ds[m] = _mm512_mul_ps(s, _mm512_loadu_ps(d + m * a->d_stride + w0));
+        for (int m = 0; m < MT; m++)
+            ds[m] = _mm512_mul_ps(s, _mm512_loadu_ps(d + m * a->d_stride + w0));
         const int w_end = w0 + WINDOW < blocks ? w0 + WINDOW : blocks;
         for (int b = w0; b < w_end; b += step) {
             const uint8_t *at = row + (int64_t)b * block_bytes;
             const int left = blocks - b; /* past the last block, load nothing */
             const __m512i v = left >= step ? _mm512_loadu_si512(at)
-                                           : _mm512_maskz_loadu_epi8((1ull << (left * block_bytes)) - 1, at);
+                                           : _mm512_maskz_loadu_epi8(
+                                                 (1ull << (left * block_bytes)) - 1, at);
             const __m512i lane_block = _mm512_add_epi32(pattern, _mm512_set1_epi32(b - w0));
             const __m512i low = bits == 4 ? _mm512_and_si512(v, nibble) : v;
             const __m512i high = _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble);
@@ -195,8 +200,8 @@ static inline __attribute__((always_inline)) void row_dot_tile(
                 dot = _mm512_dpbusd_epi32(dot, low, _mm512_load_si512(qb));
                 if (bits == 4) dot = _mm512_dpbusd_epi32(dot, high, _mm512_load_si512(qb + 64));
                 /* two sums a row, taking turns, so no FMA waits on the last */
-                const __m512 sum = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),
-                                                   _mm512_permutexvar_ps(lane_block, ds[m]), acc[0][m]);
+                const __m512 weight = _mm512_permutexvar_ps(lane_block, ds[m]);
+                const __m512 sum = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), weight, acc[0][m]);
                 acc[0][m] = acc[1][m];
                 acc[1][m] = sum;
             }
@@ -205,13 +210,16 @@ static inline __attribute__((always_inline)) void row_dot_tile(
     for (int g = 0; g < groups; g += WINDOW) {
         const int left = groups - g < WINDOW ? groups - g : WINDOW;
         const __mmask16 live = (__mmask16)((1u << left) - 1);
-        const __m512 o = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(live, scale + g)),
-                                         _mm512_set1_ps(z),
-                                         _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(live, offset + g)));
-        for (int m = 0; m < MT; m++)
-            acc[0][m] = _mm512_fmadd_ps(o, _mm512_loadu_ps(xsum + m * a->sum_stride + g), acc[0][m]);
+        const __m512 sg = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(live, scale + g));
+        const __m512 og = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(live, offset + g));
+        const __m512 o = _mm512_fmadd_ps(sg, _mm512_set1_ps(z), og);
+        for (int m = 0; m < MT; m++) {
+            const __m512 sums_x = _mm512_loadu_ps(xsum + m * a->sum_stride + g);
+            acc[0][m] = _mm512_fmadd_ps(o, sums_x, acc[0][m]);
+        }
     }
-    for (int m = 0; m < MT; m++) sums[m] = _mm512_reduce_add_ps(_mm512_add_ps(acc[0][m], acc[1][m]));
+    for (int m = 0; m < MT; m++)
+        sums[m] = _mm512_reduce_add_ps(_mm512_add_ps(acc[0][m], acc[1][m]));
     (void)window_group;
 #elif Q8_PATH == 1
     const __m128i nibble = _mm_set1_epi8(0x0f);
@@ -234,13 +242,16 @@ static inline __attribute__((always_inline)) void row_dot_tile(
         for (int m = 0; m < MT; m++) {
             const int8_t *qb = q + m * a->q_stride + (int64_t)b * BLOCK;
             __m256i dot;
-            const __m256i start = _mm256_loadu_si256((const __m256i *)(centre + m * (a->q_stride / 4) + b * 8));
+            const int32_t *lanes = centre + m * (a->q_stride / 4) + b * 8;
+            const __m256i start = _mm256_loadu_si256((const __m256i *)lanes);
             if (bits == 4) {
-                const __m256i pairs = _mm256_maddubs_epi16(codes, _mm256_loadu_si256((const __m256i *)qb));
+                const __m256i qv = _mm256_loadu_si256((const __m256i *)qb);
+                const __m256i pairs = _mm256_maddubs_epi16(codes, qv);
                 dot = _mm256_madd_epi16(pairs, ones);
             } else {
                 const __m256i q0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)qb));
-                const __m256i q1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(qb + 16)));
+                const __m256i q1 =
+                    _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(qb + 16)));
                 dot = _mm256_add_epi32(_mm256_madd_epi16(low16, q0), _mm256_madd_epi16(high16, q1));
             }
             acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(start, dot)),
@@ -283,8 +294,9 @@ static void row_dot(const activations *a, int64_t m0, int mt, const uint8_t *row
                     const uint16_t *scale, const uint16_t *offset, int blocks, int groups,
                     int group_blocks, const int32_t *window_group, int bits, float *sums) {
     switch (mt) { /* each a copy with its own number of accumulators in registers */
-#define TILE(MT) \
-    row_dot_tile(a, m0, MT, row, scale, offset, blocks, groups, group_blocks, window_group, bits, sums)
+#define TILE(MT)                                                                                \
+    row_dot_tile(a, m0, MT, row, scale, offset, blocks, groups, group_blocks, window_group, bits, \
+                 sums)
     case 1: TILE(1); break;
     case 2: TILE(2); break;
     case 3: TILE(3); break;
@@ -310,8 +322,8 @@ int quant_linear_q8(const void *x, int64_t x_stride, int x_bf16, int64_t M, cons
     int failed = window_group == NULL ? 2 : 0;
     if (!failed) {
         for (int b = 0; b < windows * WINDOW; b++) {
-            const int g = b < blocks ? b / group_blocks : 0, g0 = (b / WINDOW * WINDOW) / group_blocks;
-            window_group[b] = b < blocks ? g - g0 : 0;
+            const int g0 = (b / WINDOW * WINDOW) / group_blocks;
+            window_group[b] = b < blocks ? b / group_blocks - g0 : 0;
         }
         failed = quantize_rows(x, x_stride, x_bf16, M, K, bits, group_size, blocks, groups, &a);
     }
@@ -319,7 +331,7 @@ int quant_linear_q8(const void *x, int64_t x_stride, int x_bf16, int64_t M, cons
         const int64_t chunks = (N + ROW_CHUNK - 1) / ROW_CHUNK;
 #pragma omp parallel for schedule(static) num_threads(threads)
         for (int64_t chunk = 0; chunk < chunks; chunk++) {
-            const int64_t n_end = chunk * ROW_CHUNK + ROW_CHUNK < N ? chunk * ROW_CHUNK + ROW_CHUNK : N;
+            const int64_t n_end = (chunk + 1) * ROW_CHUNK < N ? (chunk + 1) * ROW_CHUNK : N;
             for (int64_t m0 = 0; m0 < M; m0 += M_TILE) {
                 const int mt = M - m0 < M_TILE ? (int)(M - m0) : M_TILE;
                 for (int64_t n = chunk * ROW_CHUNK; n < n_end; n++) {
