@@ -25,8 +25,8 @@ import torch.nn.functional as F
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from inference.bench.machine import cpu_model  # noqa: E402 (after the path)
-from inference.kernels.cpu.quant_linear import load_quant_linear  # noqa: E402
-from inference.model.quant.group_math import quantize_groups  # noqa: E402
+from inference.kernels.cpu.quant_linear import QuantLinearKernel, load_quant_linear  # noqa: E402
+from inference.model.quant.group_math import GroupQuantized, quantize_groups  # noqa: E402
 
 # (name, rows, cols): SmolLM2-135M's linears (hidden 576, 9 query and 3 KV heads of 64).
 SHAPES = [
@@ -40,7 +40,42 @@ CROSSOVER_SHAPES = [("gate_up", 3072, 576), ("down", 576, 1536)]
 CROSSOVER_ROWS = [1, 4, 8, 16, 24, 32, 48, 64, 96, 128]
 
 
-def best_of(functions: dict[str, Callable[[], object]], calls: int, repeats: int) -> dict[str, float]:
+Timed = dict[str, Callable[[], object]]
+
+
+def one_row_paths(
+    native: QuantLinearKernel,
+    avx2: QuantLinearKernel,
+    x: torch.Tensor,
+    weight: GroupQuantized,
+    bf16_weight: torch.Tensor,
+) -> Timed:
+    return {
+        native.path: lambda: native.matmul(x, weight),
+        f"{avx2.path} (forced)": lambda: avx2.matmul(x, weight),
+        f"int8 {native.int8_path}": lambda: native.matmul_int8(x, weight),
+        "bf16 F.linear": lambda: F.linear(x.bfloat16(), bf16_weight),
+    }
+
+
+def crossover_paths(kernel: QuantLinearKernel, x: torch.Tensor, weight: GroupQuantized) -> Timed:
+    """The kernel, and the layer's fallback for many rows (a float32 or bf16 model's)."""
+
+    def dequantized(dtype: torch.dtype) -> torch.Tensor:
+        whole = kernel.dequantize(weight, dtype)
+        if whole is None:
+            raise SystemExit("the kernel did not dequantize the weight")
+        return F.linear(x.to(dtype), whole)
+
+    return {
+        "kernel": lambda: kernel.matmul(x, weight),
+        "int8": lambda: kernel.matmul_int8(x, weight),
+        "dequantize+matmul f32": lambda: dequantized(torch.float32),
+        "dequantize+matmul bf16": lambda: dequantized(torch.bfloat16),
+    }
+
+
+def best_of(functions: Timed, calls: int, repeats: int) -> dict[str, float]:
     """Microseconds a call, the best of `repeats`, the functions taking turns."""
     best = dict.fromkeys(functions, float("inf"))
     for function in functions.values():
@@ -60,6 +95,8 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--group-size", type=int, default=32)
+    parser.add_argument("--shapes", nargs="*", default=[name for name, _, _ in SHAPES])
+    parser.add_argument("--no-crossover", action="store_true", help="only the one-row times")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     native, avx2 = load_quant_linear(), load_quant_linear(("-mno-avx512f",))
@@ -74,44 +111,31 @@ def main() -> None:
     }
     torch.manual_seed(0)
     one_row = []
-    for name, rows, cols in SHAPES:
+    for name, rows, cols in (shape for shape in SHAPES if shape[0] in args.shapes):
         dense = torch.randn(rows, cols)
         bf16_weight, x = dense.bfloat16(), torch.randn(1, cols)
         for bits in (4, 8):
             weight = quantize_groups(dense, bits, args.group_size)
             times = best_of(
-                {
-                    native.path: lambda: native.matmul(x, weight),
-                    f"{avx2.path} (forced)": lambda: avx2.matmul(x, weight),
-                    f"int8 {native.int8_path}": lambda: native.matmul_int8(x, weight),
-                    "bf16 F.linear": lambda: F.linear(x.bfloat16(), bf16_weight),
-                },
+                one_row_paths(native, avx2, x, weight, bf16_weight),
                 args.calls,
                 args.repeats,
             )
             one_row.append({"shape": name, "rows": rows, "cols": cols, "bits": bits, **times})
     report["one_row"] = one_row
     crossover = []
-    for name, rows, cols in CROSSOVER_SHAPES:
+    for name, rows, cols in [] if args.no_crossover else CROSSOVER_SHAPES:
         weight = quantize_groups(torch.randn(rows, cols), 4, args.group_size)
         for m in CROSSOVER_ROWS:
             x = torch.randn(m, cols)
             times = best_of(
-                {
-                    "kernel": lambda: native.matmul(x, weight),
-                    "int8": lambda: native.matmul_int8(x, weight),
-                    "dequantize+matmul f32": lambda: F.linear(
-                        x, native.dequantize(weight, torch.float32)
-                    ),
-                    "dequantize+matmul bf16": lambda: F.linear(
-                        x.bfloat16(), native.dequantize(weight, torch.bfloat16)
-                    ),
-                },
+                crossover_paths(native, x, weight),
                 max(2, args.calls // 4),
                 args.repeats,
             )
             crossover.append({"shape": name, "m": m, **times})
-    report["crossover_4bit"] = crossover
+    if crossover:
+        report["crossover_4bit"] = crossover
     print(json.dumps(report, indent=1))
 
 
