@@ -54,6 +54,8 @@ SOURCE_FLAGS = {
     "layers": ("-ffp-contract=off", "-mprefer-vector-width=512"),
     "fp8_linear": (),
     "quant_linear": (),
+    # Quantizes activations with float arithmetic the tests repeat in torch: kept exact.
+    "quant_linear_q8": ("-fno-fast-math",),
 }
 
 _p, _i64, _i32, _f32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
@@ -84,6 +86,11 @@ SIGNATURES: dict[str, dict[str, list[type[Any]]]] = {
         "quant_linear": [_p, _i64, _i32, _i64, _p, _p, _p, _i64, _i32, _i32, _i32, _p, _i32],
         # codes, scale, offset, N, K, bits, group size, out, bf16?, threads
         "quant_dequantize": [_p, _p, _p, _i64, _i32, _i32, _i32, _p, _i32, _i32],
+    },
+    "quant_linear_q8": {
+        "quant_linear_q8_available": [],
+        # as quant_linear
+        "quant_linear_q8": [_p, _i64, _i32, _i64, _p, _p, _p, _i64, _i32, _i32, _i32, _p, _i32],
     },
 }
 

@@ -16,7 +16,9 @@
  * every row of x (up to M_TILE at a time) from registers.
  *
  * `quant_linear_available()` says how it was built (build.py, -march=native):
- * 1: AVX2 with FMA and F16C (every x86-64 server since Haswell, AVX-512 ones included);
+ * 2: AVX-512 (F, BW, VL) with FMA and F16C: 16 weights a vector, and a 4-bit block widened
+ *    by two permutes of its group's 16 possible weights instead of converts and FMAs;
+ * 1: AVX2 with FMA and F16C (every x86-64 server since Haswell);
  * 0: plain C, which the compiler vectorises as it can.
  * `quant_dequantize` writes the whole float weight (float32 or bfloat16): the fallback for
  * many rows of x, where one matmul over a dequantized copy beats this kernel.
@@ -25,7 +27,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
+    defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+#define QUANT_PATH 2
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
 #define QUANT_PATH 1
 #else
@@ -33,6 +39,35 @@
 #endif
 
 enum { BLOCK = 32, M_TILE = 4, ROW_CHUNK = 16 };
+
+/* The vector of each path: a block of 32 weights is VECS of them. */
+#if QUANT_PATH == 2
+typedef __m512 vec;
+enum { LANES = 16 };
+#define vzero _mm512_setzero_ps
+#define vset1 _mm512_set1_ps
+#define vload _mm512_loadu_ps
+#define vfma _mm512_fmadd_ps
+#define vadd _mm512_add_ps
+#define vsum _mm512_reduce_add_ps
+#elif QUANT_PATH == 1
+typedef __m256 vec;
+enum { LANES = 8 };
+#define vzero _mm256_setzero_ps
+#define vset1 _mm256_set1_ps
+#define vload _mm256_loadu_ps
+#define vfma _mm256_fmadd_ps
+#define vadd _mm256_add_ps
+static inline float vsum(__m256 v) {
+    __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+    return _mm_cvtss_f32(lo);
+}
+#endif
+#if QUANT_PATH
+enum { VECS = BLOCK / LANES };
+#endif
 
 int quant_linear_available(void) { return QUANT_PATH; }
 
@@ -91,66 +126,85 @@ static void block_codes(const uint8_t *block, int bits, int codes[BLOCK]) {
 }
 
 #if QUANT_PATH
-/* One block of 32 weights as four vectors of 8 float32 values, scale * code + offset. */
-static inline void widen_block(const uint8_t *block, int bits, __m256 s, __m256 o, __m256 w[4]) {
-    __m128i c0, c1, c2, c3; /* 8 codes each, in the low 8 bytes */
+/* One group's weights for widening: scale and offset broadcast, and (AVX-512, 4-bit) its 16
+ * possible weights, scale * code + offset for codes 0..15, each the same float32 value the
+ * reference computes: the product is exact, so the one rounding of the FMA is the add's. */
+typedef struct {
+    vec s, o;
+#if QUANT_PATH == 2
+    __m512 table;
+#endif
+} group_weights;
+
+static inline group_weights group_of(uint16_t scale, uint16_t offset) {
+    group_weights g = {.s = vset1(_cvtsh_ss(scale)), .o = vset1(_cvtsh_ss(offset))};
+#if QUANT_PATH == 2
+    const __m512i codes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    g.table = _mm512_fmadd_ps(_mm512_cvtepi32_ps(codes), g.s, g.o);
+#endif
+    return g;
+}
+
+/* One block of 32 weights as VECS vectors of LANES float32 values, in column order. */
+static inline void widen_block(const uint8_t *block, int bits, const group_weights *g,
+                               vec w[VECS]) {
+#if QUANT_PATH == 2
+    if (bits == 4) { /* a permute reads only an index's low 4 bits: no mask for the low nibble */
+        const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)block));
+        w[0] = _mm512_permutexvar_ps(bytes, g->table);
+        w[1] = _mm512_permutexvar_ps(_mm512_srli_epi32(bytes, 4), g->table);
+        return;
+    }
+    for (int v = 0; v < VECS; v++) {
+        const __m128i c = _mm_loadu_si128((const __m128i *)(block + 16 * v));
+        w[v] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(c)), g->s, g->o);
+    }
+#else
+    __m128i c[VECS]; /* 8 codes each, in the low 8 bytes */
     if (bits == 4) {
         const __m128i bytes = _mm_loadu_si128((const __m128i *)block);
         const __m128i nibble = _mm_set1_epi8(0x0f);
         const __m128i low = _mm_and_si128(bytes, nibble);
         const __m128i high = _mm_and_si128(_mm_srli_epi16(bytes, 4), nibble);
-        c0 = low;
-        c1 = _mm_srli_si128(low, 8);
-        c2 = high;
-        c3 = _mm_srli_si128(high, 8);
+        c[0] = low;
+        c[1] = _mm_srli_si128(low, 8);
+        c[2] = high;
+        c[3] = _mm_srli_si128(high, 8);
     } else {
         const __m128i first = _mm_loadu_si128((const __m128i *)block);
         const __m128i second = _mm_loadu_si128((const __m128i *)(block + 16));
-        c0 = first;
-        c1 = _mm_srli_si128(first, 8);
-        c2 = second;
-        c3 = _mm_srli_si128(second, 8);
+        c[0] = first;
+        c[1] = _mm_srli_si128(first, 8);
+        c[2] = second;
+        c[3] = _mm_srli_si128(second, 8);
     }
-    w[0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(c0)), s, o);
-    w[1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(c1)), s, o);
-    w[2] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(c2)), s, o);
-    w[3] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(c3)), s, o);
-}
-
-static inline float sum8(__m256 v) {
-    __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-    return _mm_cvtss_f32(lo);
-}
+    for (int v = 0; v < VECS; v++)
+        w[v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(c[v])), g->s, g->o);
 #endif
+}
 
-#if QUANT_PATH
 /* sums[m] = x[m] . w[n] for MT rows of the widened x (row stride kp floats): each row
  * keeps two accumulators (even and odd vectors of a block), so no FMA waits on the last. */
 static inline __attribute__((always_inline)) void row_dot_tile(
     const float *xf, int64_t kp, const int MT, const uint8_t *row, const uint16_t *scale,
     const uint16_t *offset, int blocks, int group_blocks, int bits, float *sums) {
     const int block_bytes = BLOCK * bits / 8;
-    __m256 even[M_TILE], odd[M_TILE];
-    for (int m = 0; m < MT; m++) even[m] = odd[m] = _mm256_setzero_ps();
+    vec acc[2][M_TILE];
+    for (int m = 0; m < MT; m++) acc[0][m] = acc[1][m] = vzero();
     for (int b0 = 0, g = 0; b0 < blocks; b0 += group_blocks, g++) {
-        const __m256 s = _mm256_set1_ps(_cvtsh_ss(scale[g]));
-        const __m256 o = _mm256_set1_ps(_cvtsh_ss(offset[g]));
+        const group_weights gw = group_of(scale[g], offset[g]);
         const int b_end = b0 + group_blocks < blocks ? b0 + group_blocks : blocks;
         for (int b = b0; b < b_end; b++) {
-            __m256 w[4];
-            widen_block(row + (int64_t)b * block_bytes, bits, s, o, w);
+            vec w[VECS];
+            widen_block(row + (int64_t)b * block_bytes, bits, &gw, w);
             for (int m = 0; m < MT; m++) {
                 const float *xb = xf + m * kp + (int64_t)b * BLOCK;
-                even[m] = _mm256_fmadd_ps(_mm256_loadu_ps(xb), w[0], even[m]);
-                odd[m] = _mm256_fmadd_ps(_mm256_loadu_ps(xb + 8), w[1], odd[m]);
-                even[m] = _mm256_fmadd_ps(_mm256_loadu_ps(xb + 16), w[2], even[m]);
-                odd[m] = _mm256_fmadd_ps(_mm256_loadu_ps(xb + 24), w[3], odd[m]);
+                for (int v = 0; v < VECS; v++)
+                    acc[v & 1][m] = vfma(vload(xb + v * LANES), w[v], acc[v & 1][m]);
             }
         }
     }
-    for (int m = 0; m < MT; m++) sums[m] = sum8(_mm256_add_ps(even[m], odd[m]));
+    for (int m = 0; m < MT; m++) sums[m] = vsum(vadd(acc[0][m], acc[1][m]));
 }
 
 /* One row of x against two rows of the weight at a time: four independent sums. */
@@ -159,32 +213,22 @@ static void row_pair_dot(const float *xf, const uint8_t *row0, const uint8_t *ro
                          const uint16_t *offset1, int blocks, int group_blocks, int bits,
                          float *sum0, float *sum1) {
     const int block_bytes = BLOCK * bits / 8;
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, c0 = a0, c1 = a0;
+    vec a[2] = {vzero(), vzero()}, c[2] = {vzero(), vzero()};
     for (int b0 = 0, g = 0; b0 < blocks; b0 += group_blocks, g++) {
-        const __m256 s0 = _mm256_set1_ps(_cvtsh_ss(scale0[g]));
-        const __m256 o0 = _mm256_set1_ps(_cvtsh_ss(offset0[g]));
-        const __m256 s1 = _mm256_set1_ps(_cvtsh_ss(scale1[g]));
-        const __m256 o1 = _mm256_set1_ps(_cvtsh_ss(offset1[g]));
+        const group_weights g0 = group_of(scale0[g], offset0[g]);
+        const group_weights g1 = group_of(scale1[g], offset1[g]);
         const int b_end = b0 + group_blocks < blocks ? b0 + group_blocks : blocks;
         for (int b = b0; b < b_end; b++) {
-            const float *xb = xf + (int64_t)b * BLOCK;
-            const __m256 x0 = _mm256_loadu_ps(xb), x1 = _mm256_loadu_ps(xb + 8);
-            const __m256 x2 = _mm256_loadu_ps(xb + 16), x3 = _mm256_loadu_ps(xb + 24);
-            __m256 w[4];
-            widen_block(row0 + (int64_t)b * block_bytes, bits, s0, o0, w);
-            a0 = _mm256_fmadd_ps(x0, w[0], a0);
-            a1 = _mm256_fmadd_ps(x1, w[1], a1);
-            a0 = _mm256_fmadd_ps(x2, w[2], a0);
-            a1 = _mm256_fmadd_ps(x3, w[3], a1);
-            widen_block(row1 + (int64_t)b * block_bytes, bits, s1, o1, w);
-            c0 = _mm256_fmadd_ps(x0, w[0], c0);
-            c1 = _mm256_fmadd_ps(x1, w[1], c1);
-            c0 = _mm256_fmadd_ps(x2, w[2], c0);
-            c1 = _mm256_fmadd_ps(x3, w[3], c1);
+            vec xv[VECS], w[VECS];
+            for (int v = 0; v < VECS; v++) xv[v] = vload(xf + (int64_t)b * BLOCK + v * LANES);
+            widen_block(row0 + (int64_t)b * block_bytes, bits, &g0, w);
+            for (int v = 0; v < VECS; v++) a[v & 1] = vfma(xv[v], w[v], a[v & 1]);
+            widen_block(row1 + (int64_t)b * block_bytes, bits, &g1, w);
+            for (int v = 0; v < VECS; v++) c[v & 1] = vfma(xv[v], w[v], c[v & 1]);
         }
     }
-    *sum0 = sum8(_mm256_add_ps(a0, a1));
-    *sum1 = sum8(_mm256_add_ps(c0, c1));
+    *sum0 = vsum(vadd(a[0], a[1]));
+    *sum1 = vsum(vadd(c[0], c[1]));
 }
 #endif
 

@@ -6,14 +6,20 @@ widening each block of 32 in registers. With many rows (a prefill chunk) it woul
 multiply in plain float32 FMAs, so from `MAX_KERNEL_ROWS` rows on the layer instead
 dequantizes the weight once (`dequantize`, also in C) and runs one torch matmul.
 
-Built with AVX2, FMA and F16C where the processor has them (path "avx2": every x86-64
-server since 2013, AVX-512 ones included), in plain C elsewhere ("portable").
+Built for the processor (`path`): "avx512" (AVX-512 F/BW/VL with FMA and F16C), "avx2"
+(AVX2, FMA and F16C: every x86-64 server since 2013), plain C elsewhere ("portable").
+
+`matmul_int8` is the other arithmetic (quant_linear_q8.c, `int8_path` "avx512-vnni",
+"avx2" or "portable"): x quantized to int8 per block of 32 and integer dot products, as
+llama.cpp multiplies its Q4_1 by Q8_1. It is faster but not the float32 matmul (its
+error is measured in docs/engine.md), so layers use it only where asked to.
 """
 
 from __future__ import annotations
 
 import ctypes
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal
 
 import torch
@@ -25,8 +31,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("inference.kernels")
 
-QuantPath = Literal["avx2", "portable"]
-PATHS: dict[int, QuantPath] = {1: "avx2", 0: "portable"}
+QuantPath = Literal["avx512", "avx2", "portable"]
+PATHS: dict[int, QuantPath] = {2: "avx512", 1: "avx2", 0: "portable"}
+Int8Path = Literal["avx512-vnni", "avx2", "portable"]
+INT8_PATHS: dict[int, Int8Path] = {2: "avx512-vnni", 1: "avx2", 0: "portable"}
 # Rows of x from which a dequantized copy and one matmul beat the kernel (measured in
 # docs/engine.md, "Group-quantized weights").
 MAX_KERNEL_ROWS = 16
@@ -40,23 +48,47 @@ def load_quant_linear(extra_flags: tuple[str, ...] = ()) -> QuantLinearKernel | 
     except KernelBuildError as error:
         log.warning("group-quantized matmul kernel unavailable, using torch: %s", error)
         return None
-    return QuantLinearKernel(library, PATHS[library.quant_linear_available()])
+    try:
+        int8: ctypes.CDLL | None = load_library("quant_linear_q8", extra_flags)
+    except KernelBuildError as error:
+        log.warning("int8-activation group-quantized matmul unavailable: %s", error)
+        int8 = None
+    return QuantLinearKernel(library, PATHS[library.quant_linear_available()], int8)
 
 
 class QuantLinearKernel:
-    def __init__(self, library: ctypes.CDLL, path: QuantPath) -> None:
+    def __init__(
+        self, library: ctypes.CDLL, path: QuantPath, int8: ctypes.CDLL | None = None
+    ) -> None:
         self._lib = library
+        self._int8 = int8
         self.path = path
+        self.int8_path: Int8Path | None = (
+            None if int8 is None else INT8_PATHS[int8.quant_linear_q8_available()]
+        )
 
     def matmul(self, x: torch.Tensor, weight: GroupQuantized) -> torch.Tensor | None:
         """``x @ dequantize(weight).T`` (T, rows) in x's dtype for float32 or bfloat16 x
         (T, cols) on the CPU, or None where the kernel does not take these tensors."""
+        return self._run(self._lib.quant_linear, x, weight)
+
+    def matmul_int8(self, x: torch.Tensor, weight: GroupQuantized) -> torch.Tensor | None:
+        """As `matmul`, but with each row of x quantized to int8 per block of 32 columns
+        (scale amax / 127, round half to even) and integer dot products with the codes;
+        the offsets multiply the float sums of x. None where not taken (or not built)."""
+        if self._int8 is None:
+            return None
+        return self._run(self._int8.quant_linear_q8, x, weight)
+
+    def _run(
+        self, function: Callable[..., int], x: torch.Tensor, weight: GroupQuantized
+    ) -> torch.Tensor | None:
         if x.dim() != 2 or x.shape[0] == 0 or x.dtype not in _DTYPES or x.device.type != "cpu":
             return None
         if x.shape[1] != weight.cols or x.stride(1) != 1 or not _contiguous(weight):
             return None
         out = torch.empty((x.shape[0], weight.rows), dtype=x.dtype)
-        failed = self._lib.quant_linear(
+        failed = function(
             x.data_ptr(),
             x.stride(0),
             _DTYPES[x.dtype],

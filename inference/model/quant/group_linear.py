@@ -41,6 +41,9 @@ class GroupQuantWeights(nn.Module):
 
     weight_scale: torch.Tensor
     weight_offset: torch.Tensor
+    # Few rows multiply with x quantized to int8 (`QuantLinearKernel.matmul_int8`): faster,
+    # but not the float matmul (docs/engine.md); off unless a caller sets it.
+    int8_activations = False
 
     def __init__(
         self, rows: int, cols: int, *, bits: int, group_size: int, device: torch.device | str
@@ -104,7 +107,8 @@ class GroupQuantWeights(nn.Module):
         x2 = x.reshape(-1, shape[-1])
         kernel = self.kernels.quant if self.kernels is not None else None
         if kernel is not None and x2.shape[0] < MAX_KERNEL_ROWS:
-            y = kernel.matmul(x2, self.packed)
+            multiply = kernel.matmul_int8 if self.int8_activations else kernel.matmul
+            y = multiply(x2, self.packed)
             if y is not None:
                 return y.reshape(*shape[:-1], -1)
         weight = self.packed

@@ -1,34 +1,25 @@
 """The group-quantized matmul kernel (quant_linear.c) against dequantize-then-matmul.
 
-Both builds are checked: the one for this processor (AVX2, FMA and F16C where present)
-and the portable C one. The kernel widens each weight to exactly the reference's float32
-value, so only the order of the sums differs.
+Every build this machine makes is checked (quant_builds.py): the one for this processor
+(AVX-512 where present), AVX2 forced, and the portable C one. The kernel widens each
+weight to exactly the reference's float32 value, so only the order of the sums differs.
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 import torch
 
 from inference.kernels.cpu.quant_linear import QuantLinearKernel, load_quant_linear
 from inference.model.quant.group_math import dequantize, quantize_groups
-
-PORTABLE = ("-mno-avx2", "-mno-fma", "-mno-f16c")
-
-
-def _has_avx2() -> bool:
-    flags = Path("/proc/cpuinfo").read_text().split("flags", 2)[1].split("\n", 1)[0].split()
-    return {"avx2", "fma", "f16c"} <= set(flags)
+from tests.inference.kernels.cpu.quant_builds import BUILDS, expected_paths
 
 
-@pytest.fixture(scope="module", params=[(), PORTABLE], ids=["native", "portable"])
+@pytest.fixture(scope="module", params=list(BUILDS))
 def kernel(request: pytest.FixtureRequest) -> QuantLinearKernel:
-    built = load_quant_linear(request.param)
+    built = load_quant_linear(BUILDS[request.param])
     assert built is not None
-    expected = "portable" if request.param or not _has_avx2() else "avx2"
-    assert built.path == expected
+    assert (built.path, built.int8_path) == expected_paths(request.param)
     return built
 
 
@@ -41,7 +32,7 @@ def test_matmul_matches_reference(
     torch.manual_seed(rows * cols + bits + group_size)
     weight = quantize_groups(torch.randn(rows, cols), bits, group_size)
     reference = dequantize(weight)
-    for m in (1, 2, 3, 4, 5, 7, 17):
+    for m in (*range(1, 16), 17):
         x = torch.randn(m, cols)
         expected = x @ reference.T
         got = kernel.matmul(x, weight)
@@ -57,8 +48,12 @@ def test_matmul_matches_reference(
 @pytest.mark.parametrize("bits", [4, 8])
 def test_dequantize_is_bit_identical(kernel: QuantLinearKernel, bits: int) -> None:
     weight = quantize_groups(torch.randn(40, 161), bits, 64)
-    assert torch.equal(kernel.dequantize(weight, torch.float32), dequantize(weight))
-    assert torch.equal(kernel.dequantize(weight, torch.bfloat16), dequantize(weight).bfloat16())
+    as_float, as_bf16 = (
+        kernel.dequantize(weight, torch.float32),
+        kernel.dequantize(weight, torch.bfloat16),
+    )
+    assert as_float is not None and torch.equal(as_float, dequantize(weight))
+    assert as_bf16 is not None and torch.equal(as_bf16, dequantize(weight).bfloat16())
 
 
 def test_strided_rows_and_refusals(kernel: QuantLinearKernel) -> None:

@@ -1,0 +1,121 @@
+"""The int8-activation group-quantized matmul (quant_linear_q8.c) in every build this
+machine makes: against the same arithmetic done in torch (x quantized per block of 32 the
+same way, exact integer dots, float64 sums), tightly; and against the float32
+dequantize-then-matmul it stands in for, with its error bounded and printed."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from inference.kernels.cpu.layers import load_layer_kernels
+from inference.kernels.cpu.quant_linear import QuantLinearKernel, load_quant_linear
+from inference.model.quant.group_linear import GroupQuantLinear
+from inference.model.quant.group_math import (
+    BLOCK,
+    GroupQuantized,
+    dequantize,
+    padded_cols,
+    quantize_groups,
+    unpack_codes,
+)
+from tests.inference.kernels.cpu.quant_builds import BUILDS, expected_paths
+
+
+@pytest.fixture(scope="module", params=list(BUILDS))
+def kernel(request: pytest.FixtureRequest) -> QuantLinearKernel:
+    built = load_quant_linear(BUILDS[request.param])
+    assert built is not None
+    assert (built.path, built.int8_path) == expected_paths(request.param)
+    return built
+
+
+def int8_reference(x: torch.Tensor, weight: GroupQuantized) -> tuple[torch.Tensor, torch.Tensor]:
+    """(y, the sum of the terms' magnitudes) in float64, for x (M, cols): the kernel's
+    arithmetic written out. Per block of 32 columns d = amax * (1 / 127) and q =
+    round_half_even(x * (1 / d)) in float32; codes centred on z = 2**(bits - 1); the
+    offset term is (offset + z * scale) (float32, as the kernel) times x's float sums."""
+    m, cols = x.shape
+    kp, rows, gs = padded_cols(cols), weight.rows, weight.group_size
+    blocks, groups = kp // BLOCK, weight.groups
+    xp = torch.zeros(m, groups * gs)
+    xp[:, :cols] = x.float()
+    xb = xp[:, :kp].reshape(m, blocks, BLOCK)
+    d = xb.abs().amax(dim=2) * (torch.tensor(1.0) / 127)
+    inverse = torch.where(d > 0, 1.0 / d, torch.zeros(()))
+    q = torch.round(xb * inverse[..., None]).clamp(-127, 127)
+    z = 1 << (weight.bits - 1)
+    codes = unpack_codes(weight.codes, weight.bits, kp).double() - z
+    dots = torch.einsum("mbk,nbk->mnb", q.double(), codes.reshape(rows, blocks, BLOCK))
+    scale = weight.scale.float().repeat_interleave(gs // BLOCK, dim=1)[:, :blocks]
+    terms = dots * (scale[None] * d[:, None, :]).double()  # (M, N, blocks)
+    offset = (weight.offset.float() + z * weight.scale.float()).double()  # (N, G)
+    sums = xp.double().reshape(m, groups, gs).sum(dim=2)  # (M, G)
+    y = terms.sum(dim=2) + sums @ offset.T
+    magnitude = terms.abs().sum(dim=2) + sums.abs() @ offset.abs().T
+    return y, magnitude
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("group_size", [32, 64, 128])
+@pytest.mark.parametrize(("rows", "cols"), [(7, 33), (65, 200), (130, 577)])
+def test_int8_matches_its_arithmetic(
+    kernel: QuantLinearKernel, bits: int, group_size: int, rows: int, cols: int
+) -> None:
+    torch.manual_seed(rows * cols + bits + group_size)
+    weight = quantize_groups(torch.randn(rows, cols), bits, group_size)
+    for m in (*range(1, 16), 17):
+        x = torch.randn(m, cols) * torch.rand(m, 1) * 4  # rows of different magnitudes
+        x[0, : min(cols, 40)] = 0.0  # an all-zero block: d = 0
+        expected, magnitude = int8_reference(x, weight)
+        got = kernel.matmul_int8(x, weight)
+        assert got is not None and got.dtype == torch.float32
+        assert ((got.double() - expected).abs() <= 1e-5 * (1 + magnitude)).all()
+        xb = x.bfloat16()
+        expected_b, magnitude_b = int8_reference(xb, weight)
+        got_b = kernel.matmul_int8(xb, weight)
+        assert got_b is not None and got_b.dtype == torch.bfloat16
+        bound = 2**-8 * expected_b.abs() + 1e-5 * (1 + magnitude_b)
+        assert ((got_b.double() - expected_b).abs() <= bound).all()
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_int8_error_against_float(kernel: QuantLinearKernel, bits: int) -> None:
+    """Gaussian x and weights: x's int8 rounding costs about 0.6% of the output's norm
+    (recorded in docs/engine.md)."""
+    torch.manual_seed(bits)
+    weight = quantize_groups(torch.randn(512, 576), bits, 32)
+    x = torch.randn(8, 576)
+    exact = x @ dequantize(weight).T
+    got = kernel.matmul_int8(x, weight)
+    assert got is not None
+    relative = ((got - exact).norm() / exact.norm()).item()
+    print(f"int8 activations, {bits}-bit codes: relative error {relative:.4f}")
+    assert relative < 0.01
+
+
+def test_int8_refusals(kernel: QuantLinearKernel) -> None:
+    weight = quantize_groups(torch.randn(24, 96), 4, 32)
+    wide = torch.randn(3, 200)
+    x = wide[:, 10:106]  # rows 200 apart
+    got = kernel.matmul_int8(x, weight)
+    expected, magnitude = int8_reference(x, weight)
+    assert got is not None and ((got.double() - expected).abs() <= 1e-5 * (1 + magnitude)).all()
+    assert kernel.matmul_int8(torch.randn(2, 95), weight) is None  # wrong width
+    assert kernel.matmul_int8(torch.randn(2, 96).half(), weight) is None  # float16: not taken
+
+
+def test_layer_uses_int8_only_when_asked() -> None:
+    kernels = load_layer_kernels()
+    assert kernels is not None and kernels.quant is not None
+    layer = GroupQuantLinear(96, [40, 24], bits=4, group_size=32, bias=False,
+                             dtype=torch.float32, device="cpu")  # fmt: skip
+    layer.fill_rows(slice(None), quantize_groups(torch.randn(64, 96), 4, 32), "w")
+    layer.kernels = kernels
+    x = torch.randn(3, 96)
+    exact = kernels.quant.matmul(x, layer.packed)
+    assert exact is not None and torch.equal(layer(x), exact)  # the default: exact
+    layer.int8_activations = True
+    int8 = kernels.quant.matmul_int8(x, layer.packed)
+    assert int8 is not None and torch.equal(layer(x), int8)
+    assert not torch.equal(int8, exact)  # a different arithmetic, so the switch is seen
