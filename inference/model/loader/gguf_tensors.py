@@ -1,5 +1,5 @@
 """GGUF tensors as Hugging Face tensors: llama.cpp names mapped back, dequantized to float32
-(or, asked to keep them quantized, Q4_0/Q4_1/Q8_0 matrices as `GroupQuantized`).
+(or, asked to keep them quantized, their quantized matrices as `GroupQuantized`).
 
 llama.cpp's converter permutes the Q and K projection rows of Llama checkpoints so that its
 rotary kernel can rotate adjacent pairs; Hugging Face rotates the two halves of each head.
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from gguf import GGMLQuantizationType, ReaderTensor
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, ReaderTensor
 from gguf.quants import dequantize
 
 from inference.model.loader.gguf_quant import group_quantized, kept_format
@@ -26,6 +26,8 @@ SUPPORTED_TENSOR_TYPES = frozenset(
         GGMLQuantizationType.Q8_0,
         GGMLQuantizationType.Q4_0,
         GGMLQuantizationType.Q4_1,
+        GGMLQuantizationType.Q5_0,
+        GGMLQuantizationType.Q5_1,
         GGMLQuantizationType.Q4_K,
         GGMLQuantizationType.Q5_K,
         GGMLQuantizationType.Q6_K,
@@ -154,8 +156,8 @@ def plan_tensors(
 ) -> TensorPlan:
     """Check every tensor's name and type up front, so a bad file fails before any is read.
 
-    With ``keep_quantized``, the matrices whose type `gguf_quant.py` keeps are handed over
-    as `GroupQuantized`.
+    With ``keep_quantized``, the matrices whose type `gguf_quant.py` keeps (repacking the
+    K-quants) are handed over as `GroupQuantized`.
     """
     entries = []
     kept: dict[str, tuple[int, int]] = {}
@@ -165,6 +167,12 @@ def plan_tensors(
         qtype = GGMLQuantizationType(tensor.tensor_type)
         if qtype not in SUPPORTED_TENSOR_TYPES:
             raise ValueError(f"GGUF tensor {tensor.name!r} has unsupported type {qtype.name}")
+        block_size = GGML_QUANT_SIZES[qtype][0]
+        if int(tensor.shape[0]) % block_size:  # GGUF lists the row length first
+            raise ValueError(
+                f"GGUF tensor {tensor.name!r} ({qtype.name}) has rows of "
+                f"{int(tensor.shape[0])} values, not whole blocks of {block_size}"
+            )
         hf_name = hf_tensor_name(tensor.name)
         entries.append((hf_name, tensor))
         if keep_quantized and (kept_as := kept_format(tensor)) is not None:
