@@ -110,7 +110,8 @@ class TensorPlan:
     """Which GGUF tensors become which HF tensors, and which need their rotary rows undone.
 
     ``kept``: HF names of the tensors handed over as `GroupQuantized` (bits, group size)
-    instead of float32; empty unless the file was read to keep them quantized.
+    instead of float32; empty unless the file was read to keep them quantized. Read as the
+    plan is iterated, so a loader may take out the names its layers want in floats.
     """
 
     entries: tuple[tuple[str, ReaderTensor], ...]
