@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--quantization",
         # inference.model.quant.QUANTIZATIONS, without importing torch
         choices=["fp8", "gguf", "gptq", "awq"],
-        help="fp8: quantized at load; gguf: a GGUF file's Q4_0/Q4_1/Q8_0 kept as they are",
+        help="fp8: quantized at load; gguf: a GGUF file's quantized weights kept",
     )
     parser.add_argument("--max-num-seqs", type=int, default=64)
     parser.add_argument("--max-num-batched-tokens", type=int, default=2048)

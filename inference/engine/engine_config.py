@@ -20,7 +20,8 @@ class EngineConfig:
     ``kv_cache_memory_fraction`` of the device memory that is free once weights are loaded.
     ``quantization="fp8"`` keeps the decoder's linear weights in float8_e4m3fn (a checkpoint
     already in FP8 loads as FP8 regardless); ``quantization="gguf"`` keeps a GGUF file's
-    Q4_0/Q4_1/Q8_0 matrices as they are (one rank only); a GPTQ or AWQ checkpoint loads as
+    quantized matrices (Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 as they are, K-quants repacked; one rank
+    only); a GPTQ or AWQ checkpoint loads as
     it is (one rank only), with ``quantization`` None or "gptq" / "awq" naming it;
     ``kv_cache_dtype="fp8"`` stores K and V in e4m3, twice the tokens in the same bytes
     ("auto": the model dtype).

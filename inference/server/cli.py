@@ -56,8 +56,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--quantization",
         choices=QUANTIZATIONS,
-        help="fp8: FP8 linear weights; gguf: keep a GGUF file's Q4_0/Q4_1/Q8_0 weights as they "
-        "are; gptq, awq: name what a GPTQ / AWQ checkpoint holds (it loads as it is without)",
+        help="fp8: FP8 linear weights, quantized as they load; gguf: keep a GGUF file's "
+        "quantized weights (Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 as they are, K-quants repacked); gptq, "
+        "awq: name what a GPTQ / AWQ checkpoint holds (it loads as it is without)",
     )
     parser.add_argument(
         "--kv-cache-dtype",

@@ -71,12 +71,13 @@ def load_model(
 
     ``quantization="fp8"`` quantizes the linear layers and the token table tensor by tensor
     as they are read (`prepare_fp8_at_load`): the model never exists whole in bf16. A
-    checkpoint already in FP8 loads as it is, whatever ``quantization`` says; its KV cache scales,
-    if any, are left on the model (see `checkpoint_kv_scales`).
+    checkpoint already in FP8 loads as it is, whatever ``quantization`` says; its KV cache
+    scales, if any, are left on the model (see `checkpoint_kv_scales`).
 
-    ``quantization="gguf"`` keeps a GGUF file's Q4_0, Q4_1 and Q8_0 matrices as they are
-    in the file (group-quantized layers, never a float copy); a given ``gguf`` must have
-    been read with ``keep_quantized``. Other checkpoints are refused with that setting.
+    ``quantization="gguf"`` keeps a GGUF file's quantized matrices (Q4_0, Q4_1, Q5_0,
+    Q5_1, Q8_0 as they are; Q4_K, Q5_K, Q6_K repacked) in group-quantized layers, never a
+    float copy; a given ``gguf`` must have been read with ``keep_quantized``. Other
+    checkpoints are refused with that setting.
 
     A GPTQ or AWQ checkpoint (config.json's quantization_config) loads its layers as they
     are (group-quantized layers, never a float copy) with ``quantization`` None or its own
@@ -102,8 +103,9 @@ def load_model(
         gguf = gguf or read_gguf(path, keep_quantized=quantization in ("gguf", "fp8"))
         if quantization == "gguf" and not gguf.kept:
             raise ValueError(
-                f"--quantization gguf keeps Q4_0, Q4_1 and Q8_0 tensors quantized, and "
-                f"{path.name} has none to keep (or was read without keep_quantized)"
+                "--quantization gguf keeps Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K matrices "
+                f"quantized, and {path.name} has none to keep (or was read without "
+                "keep_quantized)"
             )
         hf_config, tensors, total = gguf.hf_config, gguf.tensors, gguf.num_tensors
     elif quantization == "gguf":
@@ -139,10 +141,17 @@ def load_model(
         packed.prepare(model)
     elif quantization == "fp8":
         prepare_fp8_at_load(model)
-    if quantization == "gguf" and gguf is not None:
-        from inference.model.quant.group_apply import prepare_group_quant
+    if gguf is not None and gguf.kept:
+        from inference.model.quant.group_apply import kept_in_floats, prepare_group_quant
 
-        prepare_group_quant(model, gguf.kept)
+        if quantization == "gguf":
+            prepare_group_quant(model, gguf.kept)
+            floats = kept_in_floats(model, gguf.kept)
+        else:  # FP8 layers take exact blocks; a K-quant's repacked form is only close
+            floats = set(gguf.repacked)
+        # The tensors are not read yet: those of layers left in floats come dequantized.
+        for name in floats & gguf.kept.keys():
+            del gguf.kept[name]
     model.load_weights(_with_progress(tensors, total, path.name, progress))
     if fp8 is not None:
         setattr(model, KV_SCALES_ATTRIBUTE, fp8.layer_kv_scales(config.num_layers))

@@ -41,7 +41,10 @@ class GGUFCheckpoint:
     tokenizer_config: dict[str, Any]
     generation_config: dict[str, Any]
     # HF names of the tensors handed over quantized -> (bits, group size); see read_gguf.
+    # The tensors read it as they go: a name taken out before they are read comes as floats.
     kept: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # Those of ``kept`` repacked close to the file's values, not exactly (K-quants).
+    repacked: frozenset[str] = frozenset()
 
 
 def _field_value(field: ReaderField) -> Any:
@@ -184,8 +187,9 @@ def _apply_rope_freqs(hf_config: dict[str, Any], reader: GGUFReader) -> None:
 def read_gguf(path: str | Path, *, keep_quantized: bool = False) -> GGUFCheckpoint:
     """Open a .gguf file; ValueError if it is not a complete GGUF of a model we can run.
 
-    ``keep_quantized``: its Q4_0, Q4_1 and Q8_0 matrices are handed over as they are
-    (`GroupQuantized`, listed in ``kept``), not dequantized.
+    ``keep_quantized``: its quantized matrices (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 as they are,
+    the K-quants repacked: gguf_quant.py) are handed over as `GroupQuantized`, listed in
+    ``kept``, not dequantized.
     """
     path = Path(path)
     reader = _open_reader(path)
@@ -214,4 +218,5 @@ def read_gguf(path: str | Path, *, keep_quantized: bool = False) -> GGUFCheckpoi
         tokenizer_config=build_tokenizer_config(metadata),
         generation_config=generation_config,
         kept=plan.kept,
+        repacked=plan.repacked,
     )

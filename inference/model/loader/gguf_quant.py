@@ -1,16 +1,18 @@
-"""GGUF Q4_0, Q4_1 and Q8_0 tensors kept quantized: their blocks as `GroupQuantized`.
+"""GGUF matrices kept quantized: their blocks as `GroupQuantized` (group_math.py's layout).
 
-A block of 32 values is a float16 scale ``d`` (and for Q4_1 a float16 minimum ``m``) and
-its codes, which are already in group_math.py's layout, so no code is rewritten:
+A Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 block of 32 values is a float16 scale ``d`` (and for Q4_1 and
+Q5_1 a float16 minimum ``m``) and its codes. Q4_0, Q4_1 and Q8_0 codes are already in our
+layout, so no code is rewritten:
 
 - Q4_0: ``d * (q - 8)``, q 4 bits: scale d, offset -8d;
 - Q4_1: ``d * q + m``: scale d, offset m;
-- Q8_0: ``d * q``, q a signed byte: code q + 128 (its top bit flipped), offset -128d.
+- Q8_0: ``d * q``, q a signed byte: code q + 128 (its top bit flipped), offset -128d;
+- Q5_0 and Q5_1: as Q4_0 (offset -16d) and Q4_1, with a fifth bit per value in a 32-bit
+  mask: widened to 8-bit codes (0..31).
 
-Both offsets are exact in float16 (a power of two times d), and ``scale * code + offset``
-in float32 gives each value exactly as gguf's own dequantizing does. The K-quants
-(Q4_K, Q5_K, Q6_K: 256-value super-blocks with 6- or 8-bit sub-scales) are not kept:
-they dequantize at load as before.
+Every offset is exact in float16 (a power of two times d), and ``scale * code + offset``
+in float32 gives each value exactly as gguf's own dequantizing does. The K-quants (Q4_K,
+Q5_K, Q6_K) are repacked, close but not bit-exact: gguf_kquant.py.
 """
 
 from __future__ import annotations
@@ -19,30 +21,47 @@ import numpy as np
 import torch
 from gguf import GGMLQuantizationType, ReaderTensor
 
+from inference.model.loader.gguf_kquant import K_TYPES, repack_k_quant
 from inference.model.quant.group_math import BLOCK, GroupQuantized
 
-# type -> (bits, bytes a block, whether a float16 minimum follows the scale)
-KEPT_TYPES = {
-    GGMLQuantizationType.Q4_0: (4, 18, False),
-    GGMLQuantizationType.Q4_1: (4, 20, True),
-    GGMLQuantizationType.Q8_0: (8, 34, False),
+Q = GGMLQuantizationType
+# type -> (bits kept, bytes a block, whether a float16 minimum follows the scale)
+BLOCK_TYPES = {
+    Q.Q4_0: (4, 18, False),
+    Q.Q4_1: (4, 20, True),
+    Q.Q5_0: (8, 22, False),
+    Q.Q5_1: (8, 24, True),
+    Q.Q8_0: (8, 34, False),
 }
 
 
 def kept_format(tensor: ReaderTensor) -> tuple[int, int] | None:
     """(bits, group size) a tensor keeps when loaded quantized, or None (dequantized)."""
     qtype = GGMLQuantizationType(tensor.tensor_type)
-    if qtype not in KEPT_TYPES or len(tensor.shape) != 2:
+    if len(tensor.shape) != 2:
         return None
-    return KEPT_TYPES[qtype][0], BLOCK
+    if qtype in BLOCK_TYPES:
+        return BLOCK_TYPES[qtype][0], BLOCK
+    if qtype in K_TYPES:
+        return K_TYPES[qtype][0], BLOCK
+    return None
+
+
+def _fifth_bits(raw: np.ndarray, at: int) -> np.ndarray:
+    """Q5_0/Q5_1's little-endian 32-bit mask at byte ``at`` -> bit i of value i, each
+    shifted to 16 (rows, blocks, 32)."""
+    mask = np.unpackbits(raw[:, :, at : at + 4], axis=2, bitorder="little")
+    return mask << 4
 
 
 def group_quantized(tensor: ReaderTensor) -> GroupQuantized:
-    """The tensor's blocks as they are; ValueError for another type or a bad size."""
+    """The tensor in our layout; ValueError for another type or a bad size."""
     qtype = GGMLQuantizationType(tensor.tensor_type)
-    if qtype not in KEPT_TYPES or len(tensor.shape) != 2:
+    if kept_format(tensor) is None:
         raise ValueError(f"GGUF tensor {tensor.name!r} ({qtype.name}) is not kept quantized")
-    bits, block_bytes, has_min = KEPT_TYPES[qtype]
+    if qtype in K_TYPES:
+        return repack_k_quant(tensor)
+    bits, block_bytes, has_min = BLOCK_TYPES[qtype]
     cols, rows = (int(dim) for dim in tensor.shape.tolist())  # GGUF lists the fastest first
     if cols % BLOCK:
         raise ValueError(f"GGUF tensor {tensor.name!r} has {cols} columns, not whole blocks")
@@ -56,14 +75,19 @@ def group_quantized(tensor: ReaderTensor) -> GroupQuantized:
     # np.array copies (always): every array below is the process's own, out of the map.
     scale = np.array(raw[:, :, 0:2]).view(np.float16).reshape(rows, -1)
     header = 4 if has_min else 2
-    codes = np.array(raw[:, :, header:]).reshape(rows, -1)
-    if qtype == GGMLQuantizationType.Q4_1:
-        offset = np.array(raw[:, :, 2:4]).view(np.float16).reshape(rows, -1)
-    elif qtype == GGMLQuantizationType.Q4_0:
-        offset = scale * np.float16(-8)
+    if qtype in (Q.Q5_0, Q.Q5_1):
+        nibbles = raw[:, :, header + 4 :]  # byte i: value i low, value 16 + i high
+        low = np.concatenate([nibbles & 0x0F, nibbles >> 4], axis=2)
+        codes = (low | _fifth_bits(raw, header)).reshape(rows, -1)
     else:
+        codes = np.array(raw[:, :, header:]).reshape(rows, -1)
+    if has_min:
+        offset = np.array(raw[:, :, 2:4]).view(np.float16).reshape(rows, -1)
+    elif qtype == Q.Q8_0:
         np.bitwise_xor(codes, np.uint8(0x80), out=codes)  # signed q -> q + 128, in place
         offset = scale * np.float16(-128)
+    else:
+        offset = scale * np.float16(-8 if qtype == Q.Q4_0 else -16)
     # No further copies: they would double the largest tensor's bytes at the load's peak.
     return GroupQuantized(
         torch.from_numpy(codes),

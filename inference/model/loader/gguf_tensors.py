@@ -1,5 +1,5 @@
 """GGUF tensors as Hugging Face tensors: llama.cpp names mapped back, dequantized to float32
-(or, asked to keep them quantized, Q4_0/Q4_1/Q8_0 matrices as `GroupQuantized`).
+(or, asked to keep them quantized, their quantized matrices as `GroupQuantized`).
 
 llama.cpp's converter permutes the Q and K projection rows of Llama checkpoints so that its
 rotary kernel can rotate adjacent pairs; Hugging Face rotates the two halves of each head.
@@ -12,9 +12,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from gguf import GGMLQuantizationType, ReaderTensor
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, ReaderTensor
 from gguf.quants import dequantize
 
+from inference.model.loader.gguf_kquant import K_TYPES
 from inference.model.loader.gguf_quant import group_quantized, kept_format
 from inference.model.quant.group_math import GroupQuantized
 
@@ -26,6 +27,8 @@ SUPPORTED_TENSOR_TYPES = frozenset(
         GGMLQuantizationType.Q8_0,
         GGMLQuantizationType.Q4_0,
         GGMLQuantizationType.Q4_1,
+        GGMLQuantizationType.Q5_0,
+        GGMLQuantizationType.Q5_1,
         GGMLQuantizationType.Q4_K,
         GGMLQuantizationType.Q5_K,
         GGMLQuantizationType.Q6_K,
@@ -108,7 +111,8 @@ class TensorPlan:
     """Which GGUF tensors become which HF tensors, and which need their rotary rows undone.
 
     ``kept``: HF names of the tensors handed over as `GroupQuantized` (bits, group size)
-    instead of float32; empty unless the file was read to keep them quantized.
+    instead of float32; empty unless the file was read to keep them quantized. Read as the
+    plan is iterated, so a loader may take out the names its layers want in floats.
     """
 
     entries: tuple[tuple[str, ReaderTensor], ...]
@@ -118,6 +122,8 @@ class TensorPlan:
     kept: dict[str, tuple[int, int]]
     # Called with each tensor once its values are copied out of the file's mapping.
     release: Callable[[ReaderTensor], None] | None = None
+    # The kept names whose form is close to the file's values, not exact (K-quants).
+    repacked: frozenset[str] = frozenset()
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -160,19 +166,31 @@ def plan_tensors(
 ) -> TensorPlan:
     """Check every tensor's name and type up front, so a bad file fails before any is read.
 
-    With ``keep_quantized``, the matrices whose type `gguf_quant.py` keeps are handed over
-    as `GroupQuantized`.
+    With ``keep_quantized``, the matrices whose type `gguf_quant.py` keeps (repacking the
+    K-quants) are handed over as `GroupQuantized`.
     """
     entries = []
     kept: dict[str, tuple[int, int]] = {}
+    repacked: set[str] = set()
     for tensor in tensors:
         if tensor.name in SKIPPED_TENSOR_NAMES:
             continue
         qtype = GGMLQuantizationType(tensor.tensor_type)
         if qtype not in SUPPORTED_TENSOR_TYPES:
             raise ValueError(f"GGUF tensor {tensor.name!r} has unsupported type {qtype.name}")
+        block_size = GGML_QUANT_SIZES[qtype][0]
+        if int(tensor.shape[0]) % block_size:  # GGUF lists the row length first
+            raise ValueError(
+                f"GGUF tensor {tensor.name!r} ({qtype.name}) has rows of "
+                f"{int(tensor.shape[0])} values, not whole blocks of {block_size}"
+            )
         hf_name = hf_tensor_name(tensor.name)
         entries.append((hf_name, tensor))
         if keep_quantized and (kept_as := kept_format(tensor)) is not None:
             kept[hf_name] = kept_as
-    return TensorPlan(tuple(entries), query_heads, key_value_heads, unpermute_rotary, kept, release)
+            if qtype in K_TYPES:
+                repacked.add(hf_name)
+    return TensorPlan(
+        tuple(entries), query_heads, key_value_heads, unpermute_rotary, kept, release,
+        frozenset(repacked),
+    )  # fmt: skip

@@ -65,3 +65,18 @@ def prepare_group_quant(model: nn.Module, kept: dict[str, tuple[int, int]]) -> i
             setattr(parent, name, table)
             replaced += 1
     return replaced
+
+
+def kept_in_floats(model: nn.Module, kept: dict[str, tuple[int, int]]) -> set[str]:
+    """The checkpoint names in ``kept`` whose layer `prepare_group_quant` left in floats
+    (a fused layer whose shards differ): read from the file as floats, they are exact,
+    where the kept form of a K-quant is only close."""
+    modules = dict(model.named_modules())
+    return {
+        name
+        for (target, _), name in _expected(model).items()
+        if name in kept
+        and not isinstance(
+            modules[target.rpartition(".")[0]], GroupQuantLinear | GroupQuantEmbedding
+        )
+    }

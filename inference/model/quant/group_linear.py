@@ -11,7 +11,7 @@ On CUDA, where the device profile found that it runs (`use_triton`), every call 
 the Triton kernel instead (inference/kernels/triton/group_gemm.py), which also widens the
 codes in registers.
 
-Loaders hand a layer `GroupQuantized` tensors (GGUF Q4_0/Q4_1/Q8_0 blocks as they are in
+Loaders hand a layer `GroupQuantized` tensors (GGUF blocks, GPTQ/AWQ layers, as they are in
 the file; `inference/model/loader/gguf_quant.py`), shard by shard as they do float ones.
 """
 

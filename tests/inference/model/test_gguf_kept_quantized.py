@@ -1,6 +1,7 @@
-"""--quantization gguf on tiny GGUF files written here: Q4_0, Q4_1 and Q8_0 matrices kept as
-their blocks (GroupQuantLinear, GroupQuantEmbedding) give the logits of the same file
-dequantized at load, and files or settings it does not apply to are refused."""
+"""--quantization gguf on tiny GGUF files written here: Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0
+matrices kept as their blocks (GroupQuantLinear, GroupQuantEmbedding) give the logits of
+the same file dequantized at load, and files or settings it does not apply to are refused.
+K-quants: test_gguf_kquant.py."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ from tests.inference.model.test_gguf_files import (
 
 Q = GGMLQuantizationType
 LAYER = "model.layers.0"
-BITS = {Q.Q4_0: 4, Q.Q4_1: 4, Q.Q8_0: 8}
+BITS = {Q.Q4_0: 4, Q.Q4_1: 4, Q.Q5_0: 8, Q.Q5_1: 8, Q.Q8_0: 8}
 
 # Per HF tensor, the GGUF type it is written in (norms are always F32). The fused q|k|v and
 # gate|up layers are kept only when all their shards share a type.
@@ -59,6 +60,16 @@ LAYOUTS: dict[str, tuple[dict[str, GGMLQuantizationType], GGMLQuantizationType |
     "tied-q4-embedding": ({**ALL_KEPT, "model.embed_tokens.weight": Q.Q4_1}, None),
     "untied-q4-head": ({**ALL_KEPT, "model.embed_tokens.weight": Q.Q8_0}, Q.Q4_1),
     "untied-f32-embedding-q8-head": (ALL_KEPT, Q.Q8_0),
+    "q5": (
+        {
+            **ALL_KEPT,
+            f"{LAYER}.self_attn.o_proj.weight": Q.Q5_0,
+            f"{LAYER}.mlp.gate_proj.weight": Q.Q5_1,
+            f"{LAYER}.mlp.up_proj.weight": Q.Q5_1,
+            "model.embed_tokens.weight": Q.Q5_0,
+        },
+        None,
+    ),
     "mixed-shards": (
         {
             **ALL_KEPT,
@@ -225,12 +236,12 @@ def test_blocks_dequantize_exactly_as_gguf_does(
 ) -> None:
     """Random blocks (every code, Q8_0's -128 included) with sane float16 scales and
     minimums: scale * code + offset in float32 is gguf's own dequantizing, bit for bit."""
-    block_bytes = {Q.Q4_0: 18, Q.Q4_1: 20, Q.Q8_0: 34}[qtype]
+    block_bytes = {Q.Q4_0: 18, Q.Q4_1: 20, Q.Q5_0: 22, Q.Q5_1: 24, Q.Q8_0: 34}[qtype]
     rows, blocks_per_row = 5, 3
     rng = np.random.default_rng(int(qtype))
     raw = rng.integers(0, 256, size=(rows * blocks_per_row, block_bytes), dtype=np.uint8)
     raw[:, 0:2] = rng.uniform(-0.1, 0.1, (len(raw), 1)).astype(np.float16).view(np.uint8)
-    if qtype == Q.Q4_1:
+    if qtype in (Q.Q4_1, Q.Q5_1):
         raw[:, 2:4] = rng.uniform(-1, 1, (len(raw), 1)).astype(np.float16).view(np.uint8)
     path = tmp_path / f"{qtype.name}.gguf"
     writer = GGUFWriter(path, "llama")

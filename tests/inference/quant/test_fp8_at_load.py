@@ -19,6 +19,7 @@ from inference.model.quant import Fp8Embedding, Fp8Linear, fp8_math, quantize_mo
 from inference.model.quant.fp8_math import quantize_rows_into, quantize_weight_fp8
 from tests.inference.checkpoints import make_checkpoint
 from tests.inference.model.test_gguf_files import _write_model
+from tests.inference.model.test_gguf_kquant import write_k_model
 from tests.inference.quant.load_memory import describe, measure_loads
 from tests.inference.quant.test_gguf_q4_smollm2 import LARGEST_KEPT_TENSOR_BYTES, demo_path
 
@@ -133,3 +134,12 @@ def test_fp8_load_never_holds_the_bf16_model(demo_path: Path) -> None:
     # of about one tensor (the token table), far from the bf16 model it used to build first.
     assert fp8["peak"] < bf16["held"]
     assert fp8["peak"] - fp8["held"] <= 3 * LARGEST_KEPT_TENSOR_BYTES
+
+
+def test_k_quant_file_quantized_at_load_equals_quantized_after(tmp_path: Path) -> None:
+    # K-quants are read dequantized for FP8 (their kept form is only close to the file's
+    # values); the exact block types reach the FP8 layers as blocks. Either way, the bytes
+    # are those of the file dequantized at load and then quantized.
+    path = write_k_model(tmp_path / "k.gguf")
+    at_load, _ = load_model(path, dtype="bfloat16", progress=False, quantization="fp8")
+    assert_same_model(at_load, quantized_after_load(path, "bfloat16"))
