@@ -57,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
     from inference import LLM
     from inference.bench.machine import cpu_model
     from inference.bench.probe import probe
+    from inference.bench.weight_bytes import decode_weights
 
     # A decoding sequence gets 2 * steps + 5 tokens (prefill, warm-ups, both timings).
     longest = max(args.prompt_len + 2 * args.steps + 16, args.prefill_tokens + 8)
@@ -71,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         progress=False,
     )
     engine = llm.engine
-    weights, elements = weight_bytes(engine.runner.model)
+    weights, elements = decode_weights(engine.runner.model)
     peak = None if args.no_probe else probe()
     scenarios = [
         _decode(engine, 1, args),
@@ -100,19 +101,6 @@ def run(args: argparse.Namespace) -> int:
         with open(args.output, "w") as handle:
             handle.write(text + "\n")
     return 0
-
-
-def weight_bytes(model: Any) -> tuple[int, int]:
-    """Bytes and elements a decode step reads from the weights: every parameter but the
-    embedding table (a lookup reads a few rows), plus the output projection (the packed
-    tied head, or the table itself where the embedding is tied and unpacked)."""
-    embed = model.model.embed_tokens
-    table = {id(p) for p in embed.parameters()}
-    read = [p for p in model.parameters() if id(p) not in table]
-    if model.lm_head is None:
-        packed = model.packed_tied_head
-        read += [packed] if packed is not None else list(embed.parameters())
-    return sum(p.numel() * p.element_size() for p in read), sum(p.numel() for p in read)
 
 
 def _prompts(engine: Any, count: int, length: int, seed: int) -> list[list[int]]:
