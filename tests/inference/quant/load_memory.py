@@ -1,10 +1,11 @@
-"""Process memory of `load_model` on one file, one fresh process per quantization.
+"""Process memory of `load_model` on one checkpoint, one fresh process per quantization.
 
-Each process opens the GGUF file first (its tokenizer and metadata, about 47 MB whichever
-way it loads), then reads /proc/self/status around the load: ``peak`` is the growth of the
-high-water mark (reset just before the load through /proc/self/clear_refs), ``held`` what
-dropping the model gives back afterwards. (The growth from before the load to after it reads
-about 45 MB lower: the load's trimming also returns pages freed before it started.)
+Each process opens a GGUF file first (its tokenizer and metadata, about 47 MB whichever way
+it loads; a Hugging Face directory is opened by the load itself), then reads
+/proc/self/status around the load: ``peak`` is the growth of the high-water mark (reset
+just before the load through /proc/self/clear_refs), ``held`` what dropping the model gives
+back afterwards. (The growth from before the load to after it reads about 45 MB lower for
+a GGUF file: the load's trimming also returns pages freed before it started.)
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ SCRIPT = textwrap.dedent(
         return int(line.split()[1]) * 1024
 
     path, quantization = sys.argv[1], sys.argv[2] or None
-    gguf = read_gguf(path, keep_quantized=quantization in ("gguf", "fp8"))
+    kept = quantization in ("gguf", "fp8")
+    gguf = read_gguf(path, keep_quantized=kept) if path.endswith(".gguf") else None
     release_freed_memory()
     with open("/proc/self/clear_refs", "w") as clear:
         clear.write("5")  # the high-water mark starts again from here
