@@ -12,6 +12,8 @@ import gc
 from pathlib import Path
 from typing import Any
 
+from inference.bench.machine import process_status_bytes
+
 MIB = 1 << 20
 
 
@@ -55,7 +57,7 @@ def _one_load(path: str, device: Any, quantization: str | None) -> dict[str, Any
 
 
 def _status(key: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1]) * 1024
-    raise OSError(f"/proc/self/status has no {key}")
+    value = process_status_bytes(key)
+    if value is None:
+        raise OSError(f"/proc/self/status has no {key}")
+    return value

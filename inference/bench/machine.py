@@ -32,12 +32,17 @@ def cpu_model() -> str:
     return f"{fields['model name']} ({family}; {present or 'no AVX2'})"
 
 
-def current_rss_bytes() -> int | None:
-    """The process's resident memory now (Linux), or None elsewhere."""
+def process_status_bytes(key: str) -> int | None:
+    """A size from Linux's /proc/self/status ("VmRSS", "VmHWM"...) in bytes, or None."""
     try:
         for line in Path("/proc/self/status").read_text(encoding="utf-8").splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(key + ":"):
                 return int(line.split()[1]) * 1024
     except OSError:
         pass
     return None
+
+
+def current_rss_bytes() -> int | None:
+    """The process's resident memory now (Linux), or None elsewhere."""
+    return process_status_bytes("VmRSS")

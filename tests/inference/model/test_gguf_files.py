@@ -39,15 +39,22 @@ def write_gguf(
     path: Path,
     tensors: dict[str, tuple[np.ndarray, GGMLQuantizationType]],
     arch: str = "llama",
+    *,
+    dims: tuple[int, int, int, int] = (HIDDEN, FFN, HEADS, KV_HEADS),
+    packed: bool = False,
 ) -> Path:
-    """A GGUF with llama.cpp's metadata for a one-layer model and the tensors given."""
+    """A GGUF with llama.cpp's metadata for a one-layer model and the tensors given.
+
+    ``dims``: hidden size, feed-forward size, heads and KV heads. ``packed``: the arrays are
+    already the type's stored bytes (K-quants, which gguf cannot quantize), not values."""
+    hidden, ffn, heads, kv_heads = dims
     writer = GGUFWriter(path, arch)
     writer.add_block_count(1)
     writer.add_context_length(128)
-    writer.add_embedding_length(HIDDEN)
-    writer.add_feed_forward_length(FFN)
-    writer.add_head_count(HEADS)
-    writer.add_head_count_kv(KV_HEADS)
+    writer.add_embedding_length(hidden)
+    writer.add_feed_forward_length(ffn)
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv_heads)
     writer.add_rope_freq_base(50000.0)
     writer.add_layer_norm_rms_eps(1e-6)
     vocab = _vocab()
@@ -60,7 +67,7 @@ def write_gguf(
     writer.add_eos_token_id(2)
     writer.add_chat_template("{{ messages[0]['content'] }}")
     for name, (values, qtype) in tensors.items():
-        raw = _encode_raw(values, qtype)
+        raw = values if packed else _encode_raw(values, qtype)
         raw_dtype = None if qtype in (Q.F32, Q.F16) else qtype
         writer.add_tensor(name, raw, raw_dtype=raw_dtype)
     writer.write_header_to_file()

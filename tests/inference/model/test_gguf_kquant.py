@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from gguf import GGMLQuantizationType, GGUFReader, GGUFWriter, ReaderTensor
+from gguf import GGMLQuantizationType, GGUFReader, ReaderTensor
 from gguf.quants import dequantize as gguf_dequantize
 
 from inference.model.llama import LlamaForCausalLM
@@ -19,7 +19,7 @@ from inference.model.loader.gguf_tensors import plan_tensors
 from inference.model.quant.group_linear import GroupQuantEmbedding, GroupQuantLinear
 from inference.model.quant.group_math import dequantize
 from tests.inference.model.k_quant_blocks import KFields, pack, random_fields
-from tests.inference.model.test_gguf_files import MERGES, SPECIAL_TOKENS, _vocab
+from tests.inference.model.test_gguf_files import _vocab, write_gguf
 from tests.inference.model.test_gguf_kept_quantized import PROMPTS, run_steps
 
 Q = GGMLQuantizationType
@@ -31,30 +31,7 @@ HIDDEN, FFN, HEADS, KV_HEADS = 256, 512, 4, 2
 def write_raw(path: Path, tensors: dict[str, tuple[np.ndarray, GGMLQuantizationType]]) -> Path:
     """A GGUF holding these tensors (K-quants as their packed bytes) and a tiny Llama's
     metadata, dimensions a multiple of 256 so that every matrix can be a K-quant."""
-    writer = GGUFWriter(path, "llama")
-    writer.add_block_count(1)
-    writer.add_context_length(128)
-    writer.add_embedding_length(HIDDEN)
-    writer.add_feed_forward_length(FFN)
-    writer.add_head_count(HEADS)
-    writer.add_head_count_kv(KV_HEADS)
-    writer.add_rope_freq_base(10000.0)
-    writer.add_layer_norm_rms_eps(1e-6)
-    vocab = _vocab()
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("gpt2")
-    writer.add_token_list(vocab)
-    writer.add_token_types([3] * len(SPECIAL_TOKENS) + [1] * (len(vocab) - len(SPECIAL_TOKENS)))
-    writer.add_token_merges(MERGES)
-    writer.add_bos_token_id(1)
-    writer.add_eos_token_id(2)
-    for name, (raw, qtype) in tensors.items():
-        writer.add_tensor(name, raw, raw_dtype=None if qtype == Q.F32 else qtype)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
+    return write_gguf(path, tensors, dims=(HIDDEN, FFN, HEADS, KV_HEADS), packed=True)
 
 
 def one_tensor(tmp_path: Path, fields: KFields, rows: int) -> ReaderTensor:

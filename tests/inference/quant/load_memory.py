@@ -27,10 +27,7 @@ SCRIPT = textwrap.dedent(
     from inference.model.loader.memory import release_freed_memory
     from inference.model.quant import apply, group_apply  # noqa: F401 (imported first)
 
-    def status(key):
-        with open("/proc/self/status") as status:
-            line = next(line for line in status if line.startswith(key + ":"))
-        return int(line.split()[1]) * 1024
+    from inference.bench.machine import process_status_bytes as status
 
     path, quantization = sys.argv[1], sys.argv[2] or None
     kept = quantization in ("gguf", "fp8")

@@ -5,7 +5,6 @@ memory the load passes through."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -125,7 +124,6 @@ def test_a_checkpoint_without_a_tensor_is_still_refused(tmp_path: Path) -> None:
         load_model(path, progress=False, quantization="fp8")
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc, calls glibc")
 def test_fp8_load_never_holds_the_bf16_model(demo_path: Path) -> None:
     measured = measure_loads(demo_path, {"bf16": "", "fp8": "fp8"})
     bf16, fp8 = measured["bf16"], measured["fp8"]
@@ -162,7 +160,6 @@ def demo_directory(demo_path: Path, tmp_path_factory: pytest.TempPathFactory) ->
     return directory
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc, calls glibc")
 def test_fp8_from_bf16_peaks_at_the_model_and_one_tensor(demo_directory: Path) -> None:
     measured = measure_loads(demo_directory, {"bf16": "", "fp8": "fp8"})
     bf16, fp8 = measured["bf16"], measured["fp8"]
