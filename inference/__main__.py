@@ -30,6 +30,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from inference.bench.fp8_accuracy import add_arguments as add_fp8_accuracy
 
     add_fp8_accuracy(which.add_parser("fp8-accuracy", help="FP8 weights' predictions vs bf16"))
+    from inference.bench.int8_accuracy import add_arguments as add_int8_accuracy
+
+    add_int8_accuracy(
+        which.add_parser("int8-accuracy", help="int8 activations' predictions vs float")
+    )
     from inference.bench.profile import add_arguments as add_profile
 
     add_profile(which.add_parser("profile", help="where a step's time goes, beside the bound"))

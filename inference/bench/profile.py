@@ -31,6 +31,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=["fp8", "gguf", "gptq", "awq"],
         help="fp8: quantized at load; gguf: a GGUF file's quantized weights kept",
     )
+    parser.add_argument(
+        "--int8-activations",
+        action="store_true",
+        help="group-quantized weights multiply int8-quantized activations at decode steps",
+    )
     parser.add_argument("--batch", type=int, default=64, help="the larger decode batch")
     parser.add_argument("--prompt-len", type=int, default=64, help="each decoding prompt")
     parser.add_argument("--prefill-tokens", type=int, default=512, help="the prefill chunk")
@@ -65,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
         args.model,
         dtype=args.dtype,
         quantization=args.quantization,
+        int8_activations=args.int8_activations,
         enable_prefix_caching=False,  # every prefill is computed, never a cache hit
         max_num_seqs=max(args.batch, 1),
         max_num_batched_tokens=max(2048, args.prefill_tokens, args.batch),
@@ -87,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
         "model": args.model,
         "dtype": args.dtype,
         "quantization": args.quantization,
+        "int8_activations": args.int8_activations,
         "cpu": cpu_model(),
         "torch_threads": torch.get_num_threads(),
         "attention_backend": type(engine.runner.attention_backend).__name__,

@@ -29,6 +29,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=["fp8", "gguf", "gptq", "awq"],
         help="fp8: quantized at load; gguf: a GGUF file's quantized weights kept",
     )
+    parser.add_argument(
+        "--int8-activations",
+        action="store_true",
+        help="group-quantized weights multiply int8-quantized activations at decode steps",
+    )
     parser.add_argument("--max-num-seqs", type=int, default=64)
     parser.add_argument("--max-num-batched-tokens", type=int, default=2048)
     parser.add_argument(
@@ -114,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
         max_num_batched_tokens=args.max_num_batched_tokens,
         max_model_len=args.prefix_len + args.input_len + args.output_len + 16,
         quantization=args.quantization,
+        int8_activations=args.int8_activations,
         progress=False,
     )
     load_s = time.perf_counter() - started
@@ -147,6 +153,7 @@ def run(args: argparse.Namespace) -> int:
         "model": args.model,
         "dtype": args.dtype,
         "quantization": args.quantization,
+        "int8_activations": args.int8_activations,
         "num_prompts": args.num_prompts,
         "input_len": args.input_len,
         "prefix_len": args.prefix_len,

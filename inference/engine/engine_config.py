@@ -23,6 +23,10 @@ class EngineConfig:
     quantized matrices (Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 as they are, K-quants repacked; one rank
     only); a GPTQ or AWQ checkpoint loads as
     it is (one rank only), with ``quantization`` None or "gptq" / "awq" naming it;
+    ``int8_activations`` multiplies group-quantized weights (gguf, gptq, awq) on the CPU
+    with each row of activations quantized to int8 per block of 32 and integer dot
+    products, as llama.cpp does: faster, but not the float matmul (its agreement is
+    measured by ``bench int8-accuracy``); only steps of few rows (decode) take it.
     ``kv_cache_dtype="fp8"`` stores K and V in e4m3, twice the tokens in the same bytes
     ("auto": the model dtype).
     ``attention_backend="auto"`` runs the Triton kernels on CUDA and the C kernels on a CPU
@@ -58,6 +62,7 @@ class EngineConfig:
     kv_cache_memory_bytes: int | None = None
     kv_cache_memory_fraction: float | None = None  # default: 0.9 on CUDA, 0.1 on CPU
     quantization: str | None = None
+    int8_activations: bool = False
     kv_cache_dtype: str = "auto"
     attention_backend: str = "auto"
     enforce_eager: bool = False
@@ -112,6 +117,8 @@ class EngineConfig:
                 f"quantization {self.quantization!r} needs a {self.quantization.upper()} "
                 f"checkpoint directory, got the GGUF file {self.model!r}"
             )
+        if self.int8_activations:
+            self._check_int8_activations()
         if self.max_num_seqs < 1:
             raise ValueError(f"max_num_seqs must be at least 1, got {self.max_num_seqs}")
         for name in ("max_num_batched_tokens", "max_model_len", "kv_cache_memory_bytes"):
@@ -154,3 +161,20 @@ class EngineConfig:
         fraction = self.kv_cache_memory_fraction
         if fraction is not None and not 0 < fraction <= 1:
             raise ValueError(f"kv_cache_memory_fraction must be in (0, 1], got {fraction}")
+
+    def _check_int8_activations(self) -> None:
+        """What the config alone tells: the model must keep group-quantized weights (a GGUF
+        file with quantization 'gguf', or a GPTQ/AWQ directory) on a CPU. Whether a
+        directory holds such weights is checked once it is loaded."""
+        if self.quantization == "fp8":
+            raise ValueError("int8_activations multiplies group-quantized weights (gguf, gptq, "
+                             "awq); FP8 weights have their own kernel")  # fmt: skip
+        if self.model.endswith(".gguf") and self.quantization != "gguf":
+            raise ValueError("int8_activations needs quantization 'gguf' for a GGUF file "
+                             "(otherwise its weights are dequantized at load)")  # fmt: skip
+        if self.tensor_parallel_size > 1:
+            raise ValueError("int8_activations runs on one rank, as group-quantized "
+                             "weights do")  # fmt: skip
+        if self.device == "cuda":
+            raise ValueError("int8_activations runs on the CPU kernels; on CUDA the "
+                             "group-quantized layers take the Triton kernel")  # fmt: skip

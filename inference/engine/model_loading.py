@@ -13,6 +13,7 @@ from inference.model.llama import LlamaForCausalLM
 from inference.model.loader import load_model
 from inference.model.loader.gguf import GGUFCheckpoint, read_gguf
 from inference.model.loader.gguf_cache import load_gguf
+from inference.model.quant.group_apply import use_int8_activations
 from inference.parallel.group import TensorParallelGroup
 from inference.startup import phase
 
@@ -65,4 +66,6 @@ def load_engine_model(config: EngineConfig, device: torch.device) -> LoadedModel
             gguf=gguf,
             quantization=config.quantization,
         )
+    if config.int8_activations:
+        use_int8_activations(model, device)
     return LoadedModel(model, arch, gguf, None)

@@ -3,12 +3,17 @@ their weights quantized (a GGUF file read with ``keep_quantized``)."""
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 from inference.model.layers.embedding import VocabEmbedding
 from inference.model.layers.linear import FusedLinear
 from inference.model.quant.fp8 import replace_linears
-from inference.model.quant.group_linear import GroupQuantEmbedding, GroupQuantLinear
+from inference.model.quant.group_linear import (
+    GroupQuantEmbedding,
+    GroupQuantLinear,
+    GroupQuantWeights,
+)
 from inference.model.weights import _expected
 
 
@@ -80,3 +85,20 @@ def kept_in_floats(model: nn.Module, kept: dict[str, tuple[int, int]]) -> set[st
             modules[target.rpartition(".")[0]], GroupQuantLinear | GroupQuantEmbedding
         )
     }
+
+
+def use_int8_activations(model: nn.Module, device: torch.device) -> int:
+    """Let every group-quantized layer multiply few rows with int8 activations
+    (`GroupQuantWeights.int8_activations`); returns how many layers. ValueError where the
+    model has none, or runs on another device than the CPU (whose kernel this is)."""
+    if device.type != "cpu":
+        raise ValueError(f"int8 activations run on the CPU kernels, not on {device.type}")
+    layers = [module for module in model.modules() if isinstance(module, GroupQuantWeights)]
+    if not layers:
+        raise ValueError(
+            "int8 activations multiply group-quantized weights (a GGUF file with "
+            "quantization 'gguf', a GPTQ or AWQ checkpoint); this model has none"
+        )
+    for layer in layers:
+        layer.int8_activations = True
+    return len(layers)
