@@ -267,6 +267,12 @@ class BlockManager:
             caching=self.enable_prefix_caching,
         )
 
+    def block_hash(self, seq: Sequence, index: int) -> int:
+        """The chained hash of ``seq``'s full block ``index`` (memoised on the sequence)."""
+        if not 0 <= index < len(seq) // self.block_size:
+            raise ValueError(f"sequence {seq.seq_id} has no full block {index}")
+        return self._block_hashes(seq, index + 1)[index]
+
     # -- internals ------------------------------------------------------------------------
 
     def _take(self, block: Block) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator
+from itertools import islice
 
 from inference.engine.sequence import Sequence
 
@@ -25,6 +26,11 @@ class FairQueue:
     def __iter__(self) -> Iterator[Sequence]:
         for queue in self._queues.values():
             yield from queue
+
+    def leading(self, n: int) -> Iterator[Sequence]:
+        """The first ``n`` sequences of each tenant's queue."""
+        for queue in self._queues.values():
+            yield from islice(queue, n)
 
     def push(self, seq: Sequence) -> None:
         """A new arrival: at the back of its tenant's queue."""

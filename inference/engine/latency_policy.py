@@ -19,6 +19,11 @@ ran), and filled in this order:
    burst of long prompts and another's long prompt both progress and neither queues the
    other. Whatever time remains then goes to further chunks and admissions in order.
 
+A waiting request that needs the next block of a prompt a running prefill is computing
+(the same system prompt, sent moments apart) waits for that prefill instead of computing
+the same tokens beside it, and the prefill's share counts that request's weight too (see
+:mod:`prefix_leaders`).
+
 Then **short tails** past the budget: prompt rests of at most ``SHORT_TAIL`` tokens (a
 question behind a cached prefix), up to ``SHORT_TAILS_PER_STEP`` tokens a step, so that
 on a machine slower than the budget a department's queued questions are not let in one a
@@ -38,6 +43,7 @@ from collections.abc import Sequence as Seq
 from functools import partial
 from typing import TYPE_CHECKING
 
+from inference.engine.prefix_leaders import FOLLOWERS_SCANNED, follower_weights, leader_of
 from inference.engine.scheduler_output import SchedulerOutput
 from inference.engine.sequence import Sequence
 from inference.engine.step_cost import step_features
@@ -61,6 +67,11 @@ class _Plan:
         self.tokens_left = sched.config.max_num_batched_tokens
         self.ms_left = 0.0
         self.done: set[int] = set()  # seq ids scheduled in this step
+        self.ends: dict[int, int] = {}  # seq id -> tokens computed once this step ran
+        # Running prefills -> the weight of the waiting requests that need their blocks.
+        self.followers = follower_weights(
+            sched.block_manager, sched.running, sched.waiting.leading(FOLLOWERS_SCANNED)
+        )
 
     def pending(self, seq: Sequence) -> int:
         return len(seq) - seq.num_computed_tokens
@@ -89,6 +100,7 @@ class _Plan:
     def took(self, seq: Sequence) -> None:
         item = self.output.scheduled[-1]
         self.done.add(seq.seq_id)
+        self.ends[seq.seq_id] = item.end
         self.tokens_left -= item.num_query_tokens
         self.ms_left -= self.sched.step_cost.marginal_ms(item.start, item.num_query_tokens)
 
@@ -101,6 +113,8 @@ class _Plan:
         sched = self.sched
         if self.output.num_preempted or len(sched.running) >= sched.config.max_num_seqs:
             return False
+        if leader_of(sched.block_manager, sched.running, seq, self.ends) is not None:
+            return False  # it waits for the prefill computing its next blocks
         if sched.admit(self.output, seq, chunk_of):
             self.took(seq)
             return True
@@ -187,11 +201,13 @@ def _long_prefills(plan: _Plan) -> None:
             candidates.append(seq)
             tenants.add(seq.tenant)
     candidates += [h for h in sched.waiting.heads() if h.tenant not in tenants]
-    weight_left = sum(c.weight for c in candidates)
+    # A running prefill is also the prefill of the requests waiting for its blocks.
+    weights = [c.weight + plan.followers.get(c.seq_id, 0.0) for c in candidates]
+    weight_left = sum(weights)
     floor = sched.block_manager.block_size  # every tenant progresses, however slow a step
-    for seq in candidates:
-        share = plan.ms_left * seq.weight / weight_left
-        weight_left -= seq.weight
+    for seq, weight in zip(candidates, weights, strict=True):
+        share = plan.ms_left * weight / weight_left
+        weight_left -= weight
         if seq in sched.running:
             plan.feed(seq, plan.chunk(seq, share, floor))
         else:
