@@ -37,11 +37,11 @@ def test_reports_both_engines_and_writes_the_json(
     assert result["prompt_tokens"] == 3 * (16 + 8)
     assert len(result["elapsed_seconds_per_round"]) == 2
     assert result["elapsed_seconds"] == min(result["elapsed_seconds_per_round"])
-    # 3 prompts x 4 tokens over the best round's time (printed to 0.01 s).
+    # 3 prompts x 4 tokens over the best round's time (printed to 0.01 s, the rate to 0.1:
+    # on a loaded machine a round takes seconds and the rate's own rounding is the larger).
     elapsed = result["elapsed_seconds"]
-    assert (
-        12 / (elapsed + 0.006) <= result["output_tokens_per_s"] <= 12 / max(elapsed - 0.006, 1e-3)
-    )
+    low, high = 12 / (elapsed + 0.006), 12 / max(elapsed - 0.006, 1e-3)
+    assert low - 0.05 <= result["output_tokens_per_s"] <= high + 0.05
     # Each round's prompts are new, but all three share a 16-token prefix (one block): a
     # prompt prefilled after the first finds it cached.
     assert result["cached_prompt_tokens"] >= 16
