@@ -2,10 +2,13 @@
 
 At one row of x (a decode step): the exact kernel as built for this processor (AVX-512
 where present) and forced to AVX2, the int8-activation kernel, and torch's bf16
-`F.linear` over a float weight of the same shape. Then, for a few shapes, the number of
-rows at which the layer's fallback (dequantize once in C, one torch matmul) overtakes the
-kernel: what `MAX_KERNEL_ROWS` should be. Each time is the best of ``--repeats`` runs of
-``--calls`` calls, the paths taking turns so that a busy neighbour hurts them alike.
+`F.linear` over a float weight of the same shape. Then a sweep over the rows of x (a
+decode batch) on every shape: the exact kernel, the int8 kernel as built here and forced
+to AVX2, the layer's fallback (dequantize once in C, one torch matmul, bf16 and float32)
+and bf16 `F.linear` on a bf16 weight (what a bf16 model runs): where the fallback
+overtakes each kernel is what `MAX_KERNEL_ROWS` and `int8_max_rows` should be. Each time
+is the best of ``--repeats`` runs of ``--calls`` calls, the paths taking turns so that a
+busy neighbour hurts them alike.
 
     PYTHONPATH=. .venv/bin/python scripts/bench_quant_linear.py --threads 2
 """
@@ -36,8 +39,7 @@ SHAPES = [
     ("down", 576, 1536),
     ("vocab", 49152, 576),
 ]
-CROSSOVER_SHAPES = [("gate_up", 3072, 576), ("down", 576, 1536)]
-CROSSOVER_ROWS = [1, 4, 8, 16, 24, 32, 48, 64, 96, 128]
+SWEEP_ROWS = [1, 4, 8, 16, 32, 64, 128]
 
 
 Timed = dict[str, Callable[[], object]]
@@ -58,20 +60,29 @@ def one_row_paths(
     }
 
 
-def crossover_paths(kernel: QuantLinearKernel, x: torch.Tensor, weight: GroupQuantized) -> Timed:
-    """The kernel, and the layer's fallback for many rows (a float32 or bf16 model's)."""
+def sweep_paths(
+    native: QuantLinearKernel,
+    avx2: QuantLinearKernel,
+    x: torch.Tensor,
+    weight: GroupQuantized,
+    bf16_weight: torch.Tensor,
+) -> Timed:
+    """The kernels, the layer's fallback for many rows (a float32 or bf16 model's), and a
+    bf16 model's own matmul; x is bf16, as served."""
 
     def dequantized(dtype: torch.dtype) -> torch.Tensor:
-        whole = kernel.dequantize(weight, dtype)
+        whole = native.dequantize(weight, dtype)
         if whole is None:
             raise SystemExit("the kernel did not dequantize the weight")
         return F.linear(x.to(dtype), whole)
 
     return {
-        "kernel": lambda: kernel.matmul(x, weight),
-        "int8": lambda: kernel.matmul_int8(x, weight),
-        "dequantize+matmul f32": lambda: dequantized(torch.float32),
+        "exact": lambda: native.matmul(x, weight),
+        f"int8 {native.int8_path}": lambda: native.matmul_int8(x, weight),
+        f"int8 {avx2.int8_path} (forced)": lambda: avx2.matmul_int8(x, weight),
         "dequantize+matmul bf16": lambda: dequantized(torch.bfloat16),
+        "dequantize+matmul f32": lambda: dequantized(torch.float32),
+        "bf16 F.linear": lambda: F.linear(x, bf16_weight),
     }
 
 
@@ -96,7 +107,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--group-size", type=int, default=32)
     parser.add_argument("--shapes", nargs="*", default=[name for name, _, _ in SHAPES])
-    parser.add_argument("--no-crossover", action="store_true", help="only the one-row times")
+    parser.add_argument("--no-one-row", action="store_true", help="only the row sweep")
+    parser.add_argument("--no-sweep", action="store_true", help="only the one-row times")
+    parser.add_argument("--sweep-bits", type=int, nargs="*", default=[4, 8])
+    parser.add_argument("--rows", type=int, nargs="*", default=SWEEP_ROWS)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     native, avx2 = load_quant_linear(), load_quant_linear(("-mno-avx512f",))
@@ -111,7 +125,8 @@ def main() -> None:
     }
     torch.manual_seed(0)
     one_row = []
-    for name, rows, cols in (shape for shape in SHAPES if shape[0] in args.shapes):
+    selected = [shape for shape in SHAPES if shape[0] in args.shapes]
+    for name, rows, cols in [] if args.no_one_row else selected:
         dense = torch.randn(rows, cols)
         bf16_weight, x = dense.bfloat16(), torch.randn(1, cols)
         for bits in (4, 8):
@@ -122,20 +137,23 @@ def main() -> None:
                 args.repeats,
             )
             one_row.append({"shape": name, "rows": rows, "cols": cols, "bits": bits, **times})
-    report["one_row"] = one_row
-    crossover = []
-    for name, rows, cols in [] if args.no_crossover else CROSSOVER_SHAPES:
-        weight = quantize_groups(torch.randn(rows, cols), 4, args.group_size)
-        for m in CROSSOVER_ROWS:
-            x = torch.randn(m, cols)
-            times = best_of(
-                crossover_paths(native, x, weight),
-                max(2, args.calls // 4),
-                args.repeats,
-            )
-            crossover.append({"shape": name, "m": m, **times})
-    if crossover:
-        report["crossover_4bit"] = crossover
+    if one_row:
+        report["one_row"] = one_row
+    sweep = []
+    for name, rows, cols in [] if args.no_sweep else selected:
+        dense = torch.randn(rows, cols)
+        bf16_weight = dense.bfloat16()
+        for bits in args.sweep_bits:
+            weight = quantize_groups(dense, bits, args.group_size)
+            for m in args.rows:
+                x = torch.randn(m, cols).bfloat16()
+                calls = max(2, args.calls // 4) if rows * m < 1 << 20 else 2
+                times = best_of(
+                    sweep_paths(native, avx2, x, weight, bf16_weight), calls, args.repeats
+                )
+                sweep.append({"shape": name, "bits": bits, "m": m, **times})
+    if sweep:
+        report["rows_sweep_bf16_x"] = sweep
     print(json.dumps(report, indent=1))
 
 

@@ -3,12 +3,12 @@
 The source is a few hundred lines of plain C with OpenMP: no torch headers, so it builds
 in about half a second a file. Built libraries are kept in the kernel cache
 (``<cache dir>/kernels``, see inference/cache_dir.py), named by a hash of everything the
-build depends on: the source, the flags, the compiler (its path and ``--version``) and the
-processor (``-march=native`` builds for the one it runs on), so a changed input never
-finds a stale library. A build goes to a private temporary directory and is renamed into
-place, so two processes starting together at worst both build, and never load a half
-written file. Without a cache directory (``--no-cache``) each process builds its own copy
-in a temporary directory, as before.
+build depends on: the source (with the headers beside it that it includes), the flags,
+the compiler (its path and ``--version``) and the processor (``-march=native`` builds for
+the one it runs on), so a changed input never finds a stale library. A build goes to a
+private temporary directory and is renamed into place, so two processes starting together
+at worst both build, and never load a half written file. Without a cache directory
+(``--no-cache``) each process builds its own copy in a temporary directory, as before.
 
 ``-march=native`` lets the compiler use every vector instruction of the processor it runs
 on. OpenMP is linked as ``libgomp.so.1``, which is the soname of the runtime torch already
@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import platform
+import re
 import shutil
 import subprocess
 import tempfile
@@ -238,13 +239,23 @@ def _usable_cache_dir() -> Path | None:
 
 def build_key(compiler: str, flags: tuple[str, ...], source: Path) -> str:
     """A hash of everything a built library depends on (see the module's docstring)."""
+    digest = hashlib.sha256(source.read_bytes())
+    for header in local_includes(source):  # a source that includes none keeps its key
+        digest.update(header.read_bytes())
     parts = {
-        "source": hashlib.sha256(source.read_bytes()).hexdigest(),
+        "source": digest.hexdigest(),
         "flags": [*flags, "|", *LINK_FLAGS],
         "compiler": _compiler_identity(compiler),
         "processor": _processor_identity(),
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24]
+
+
+def local_includes(source: Path) -> list[Path]:
+    """The files beside ``source`` that it includes (``#include "name.h"``), in order."""
+    text = source.read_text(encoding="utf-8", errors="replace")
+    names = re.findall(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', text, flags=re.MULTILINE)
+    return [source.parent / name for name in names]
 
 
 @cache

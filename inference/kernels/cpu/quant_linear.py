@@ -12,7 +12,11 @@ Built for the processor (`path`): "avx512" (AVX-512 F/BW/VL with FMA and F16C), 
 `matmul_int8` is the other arithmetic (quant_linear_q8.c, `int8_path` "avx512-vnni",
 "avx2" or "portable"): x quantized to int8 per block of 32 and integer dot products, as
 llama.cpp multiplies its Q4_1 by Q8_1. It is faster but not the float32 matmul (its
-error is measured in docs/engine.md), so layers use it only where asked to.
+error is measured in docs/engine.md), so layers use it only where asked to. It quantizes x
+once a call and multiplies in register tiles of 4 rows of x by 2 weight rows, so one read
+of a weight row serves many rows of x: it beats dequantize-then-matmul up to
+`int8_max_rows` rows (with VNNI a batch of 32 decode steps), where the exact kernel
+stops below 16.
 """
 
 from __future__ import annotations
@@ -38,6 +42,14 @@ INT8_PATHS: dict[int, Int8Path] = {2: "avx512-vnni", 1: "avx2", 0: "portable"}
 # Rows of x from which a dequantized copy and one matmul beat the kernel (measured in
 # docs/engine.md, "Group-quantized weights").
 MAX_KERNEL_ROWS = 16
+# The most rows of x for which each int8 build is worth calling rather than the layer's
+# fallback (dequantize in C, then oneDNN's bf16 matmul), from scripts/bench_quant_linear.py's
+# row sweep on SmolLM2's shapes at 2 threads on Sapphire Rapids (docs/engine.md, "Int8
+# activations"): VNNI wins at 32 rows on every 4-bit shape, ties 8-bit layers and takes
+# the 8-bit vocabulary at a third of the time; AVX2 (forced there, against an AMX bf16
+# matmul) wins at 16 rows with 4-bit codes. Plain C keeps the limit it had (below 16).
+INT8_MAX_ROWS: dict[Int8Path, int] = {"avx512-vnni": 32, "avx2": 16, "portable": 15}
+MAX_INT8_KERNEL_ROWS = max(INT8_MAX_ROWS.values())
 _DTYPES = {torch.float32: 0, torch.bfloat16: 1}
 
 
@@ -66,6 +78,11 @@ class QuantLinearKernel:
         self.int8_path: Int8Path | None = (
             None if int8 is None else INT8_PATHS[int8.quant_linear_q8_available()]
         )
+
+    @property
+    def int8_max_rows(self) -> int:
+        """The most rows of x `matmul_int8` is worth calling for (0 where not built)."""
+        return 0 if self.int8_path is None else INT8_MAX_ROWS[self.int8_path]
 
     def matmul(self, x: torch.Tensor, weight: GroupQuantized) -> torch.Tensor | None:
         """``x @ dequantize(weight).T`` (T, rows) in x's dtype for float32 or bfloat16 x

@@ -16,6 +16,11 @@
  * The rounding is round-half-even of x * (1 / d) with d = amax * (1 / 127) in float32,
  * reproducible in torch (the tests do); built without -ffast-math so it stays that.
  *
+ * A call quantizes x once (rows spread over the threads), then multiplies in register
+ * tiles of 4 rows of x by 2 weight rows (1 by 4 for the rows left over), so each read of
+ * a weight row's codes serves 4 rows of x and each read of q 2 weight rows: a batch of
+ * decode steps (16-64 rows) costs far less than that many single rows.
+ *
  * `quant_linear_q8_available()`: 2 AVX512-VNNI (`vpdpbusd`: unsigned codes times signed
  * int8, four products a 32-bit lane, which fits our unsigned codes exactly); 1 AVX2 (4-bit
  * codes through `vpmaddubsw`, whose 16-bit pair sums stay below 2 * 15 * 127; 8-bit codes
@@ -38,7 +43,9 @@
 #define Q8_PATH 0
 #endif
 
-enum { BLOCK = 32, M_TILE = 4, ROW_CHUNK = 16, WINDOW = 16 };
+/* Tiles of TILE_M rows of x by TILE_N weight rows, and 1 by EDGE_N for the rows of x left
+ * over (a decode step's one row among them); weight rows go in chunks of ROW_CHUNK. */
+enum { BLOCK = 32, ROW_CHUNK = 16, WINDOW = 16, TILE_M = 4, TILE_N = 2, EDGE_N = 4 };
 
 int quant_linear_q8_available(void) { return Q8_PATH; }
 
@@ -105,9 +112,10 @@ static int64_t q_at(int bits, int b, int c) {
     return (int64_t)(b & ~3) * BLOCK + (c >> 4) * 64 + (b & 3) * 16 + (c & 15);
 }
 
-/* The activations of one call: q (int8, row stride q_stride, zero padded), the centring
- * -z * the sum of each 4 bytes of q (q_stride / 4 a row), d per block and the float sum of
- * x per group (both padded with zeros to whole windows of 16). */
+/* The activations of one call, quantized once for every weight row: q (int8, row stride
+ * q_stride, zero padded), the centring -z * the sum of each 4 bytes of q (q_stride / 4 a
+ * row), d per block (VNNI: spread over the lanes of each step, see put) and the float
+ * sum of x per group (padded with zeros to whole windows of 16). */
 typedef struct {
     int8_t *q;
     int32_t *centre;
@@ -115,195 +123,116 @@ typedef struct {
     int64_t q_stride, d_stride, sum_stride;
 } activations;
 
-static int quantize_rows(const void *x, int64_t x_stride, int bf16, int64_t M, int K, int bits,
-                         int group_size, int blocks, int groups, activations *a) {
-    a->q_stride = (int64_t)(blocks + 3) / 4 * 4 * BLOCK; /* whole quads of blocks */
-    a->d_stride = (blocks + WINDOW - 1) / WINDOW * WINDOW;
-    a->sum_stride = (groups + WINDOW - 1) / WINDOW * WINDOW;
-    a->q = aligned_alloc(64, (size_t)(M * a->q_stride));
-    a->centre = aligned_alloc(64, (size_t)(M * a->q_stride));
-    a->d = calloc((size_t)(M * a->d_stride), sizeof(float));
-    a->sum = calloc((size_t)(M * a->sum_stride), sizeof(float));
-    if (a->q == NULL || a->centre == NULL || a->d == NULL || a->sum == NULL) return 2;
-    memset(a->q, 0, (size_t)(M * a->q_stride));
-    const float inv127 = 1.0f / 127.0f;
-    for (int64_t m = 0; m < M; m++) {
-        int8_t *q = a->q + m * a->q_stride;
-        for (int b = 0; b < blocks; b++) {
-            const int width = K - b * BLOCK < BLOCK ? K - b * BLOCK : BLOCK;
-            float v[BLOCK], amax = 0.0f;
-            for (int c = 0; c < width; c++) {
-                v[c] = load_x(x, bf16, m * x_stride + (int64_t)b * BLOCK + c);
-                amax = fabsf(v[c]) > amax ? fabsf(v[c]) : amax;
-                a->sum[m * a->sum_stride + b * BLOCK / group_size] += v[c];
-            }
-            const float d = amax * inv127, id = d > 0.0f ? 1.0f / d : 0.0f;
-            a->d[m * a->d_stride + b] = d;
-            for (int c = 0; c < width; c++) {
-                const float r = nearbyintf(v[c] * id); /* half to even */
-                q[q_at(bits, b, c)] = (int8_t)(r > 127.0f ? 127 : r < -127.0f ? -127 : r);
-            }
-        }
-        int32_t *centre = a->centre + m * (a->q_stride / 4);
-        for (int64_t j = 0; j < a->q_stride / 4; j++)
-            centre[j] = -(1 << (bits - 1)) * (q[4 * j] + q[4 * j + 1] + q[4 * j + 2] +
-                                              q[4 * j + 3]);
-        for (int64_t j = 0; vnni4(bits) && j < a->q_stride / 4; j += 32) /* both halves a lane */
-            for (int l = 0; l < 16; l++) centre[j + l] += centre[j + 16 + l];
-    }
-    return 0;
+/* Blocks a VNNI step reads (64 bytes of codes: four 4-bit blocks or two 8-bit ones). */
+static int step_blocks(int bits) { return bits == 4 ? 4 : 2; }
+
+/* Where block b's d (or a weight row's scale) goes: VNNI spreads each step's blocks over
+ * its 16 lanes as the integer dots lie (4-bit: lanes 4j..4j+3 block j; 8-bit: 8j..8j+7),
+ * so one multiply serves a step; the others keep one value a block. */
+static int64_t lanes_a_row(int blocks, int bits) {
+    if (Q8_PATH != 2) return (blocks + WINDOW - 1) / WINDOW * WINDOW;
+    return (int64_t)(blocks + step_blocks(bits) - 1) / step_blocks(bits) * 16;
 }
 
-/* sums[m] = x[m] . w[n] for MT rows of x. */
-static inline __attribute__((always_inline)) void row_dot_tile(
-    const activations *a, int64_t m0, const int MT, const uint8_t *row, const uint16_t *scale,
-    const uint16_t *offset, int blocks, int groups, int group_blocks, const int32_t *window_group,
-    int bits, float *sums) {
-    const int block_bytes = BLOCK * bits / 8;
-    const int8_t *q = a->q + m0 * a->q_stride;
-    const int32_t *centre = a->centre + m0 * (a->q_stride / 4);
-    const float *d = a->d + m0 * a->d_stride, *xsum = a->sum + m0 * a->sum_stride;
-    const float z = (float)(1 << (bits - 1));
-#if Q8_PATH == 2
-    /* 16 lanes of 4 (or, 4-bit, 8) products each: lane l belongs to block pattern[l] of the
-     * quad (4-bit) or pair (8-bit), and takes that block's scale_g * d_b by a permute. */
-    const __m512i pattern = bits == 4 ? _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3,
-                                                          3, 3, 3)
-                                      : _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1,
-                                                          1, 1, 1);
-    const int step = bits == 4 ? 4 : 2;
-    const __m512i nibble = _mm512_set1_epi8(0x0f);
-    __m512 acc[2][M_TILE];
-    for (int m = 0; m < MT; m++) acc[0][m] = acc[1][m] = _mm512_setzero_ps();
-    for (int w0 = 0; w0 < blocks; w0 += WINDOW) {
-        const int g0 = w0 / group_blocks, in_window = groups - g0 < WINDOW ? groups - g0 : WINDOW;
-        const __mmask16 live = (__mmask16)((1u << in_window) - 1);
-        __m512 s = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(live, scale + g0));
-        if (group_blocks > 1) /* each block of the window its group's scale */
-            s = _mm512_permutexvar_ps(_mm512_loadu_si512(window_group + w0), s);
-        __m512 ds[M_TILE];
-        for (int m = 0; m < MT; m++)
-            ds[m] = _mm512_mul_ps(s, _mm512_loadu_ps(d + m * a->d_stride + w0));
-        const int w_end = w0 + WINDOW < blocks ? w0 + WINDOW : blocks;
-        for (int b = w0; b < w_end; b += step) {
-            const uint8_t *at = row + (int64_t)b * block_bytes;
-            const int left = blocks - b; /* past the last block, load nothing */
-            const __m512i v = left >= step ? _mm512_loadu_si512(at)
-                                           : _mm512_maskz_loadu_epi8(
-                                                 (1ull << (left * block_bytes)) - 1, at);
-            const __m512i lane_block = _mm512_add_epi32(pattern, _mm512_set1_epi32(b - w0));
-            const __m512i low = bits == 4 ? _mm512_and_si512(v, nibble) : v;
-            const __m512i high = _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble);
-            for (int m = 0; m < MT; m++) {
-                const int8_t *qb = q + m * a->q_stride + (int64_t)b * BLOCK;
-                __m512i dot = _mm512_load_si512(centre + m * (a->q_stride / 4) + b * 8);
-                dot = _mm512_dpbusd_epi32(dot, low, _mm512_load_si512(qb));
-                if (bits == 4) dot = _mm512_dpbusd_epi32(dot, high, _mm512_load_si512(qb + 64));
-                /* two sums a row, taking turns, so no FMA waits on the last */
-                const __m512 weight = _mm512_permutexvar_ps(lane_block, ds[m]);
-                const __m512 sum = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), weight, acc[0][m]);
-                acc[0][m] = acc[1][m];
-                acc[1][m] = sum;
-            }
-        }
+static void put(float *row, int b, int bits, float value) {
+    if (Q8_PATH != 2) {
+        row[b] = value;
+        return;
     }
-    for (int g = 0; g < groups; g += WINDOW) {
-        const int left = groups - g < WINDOW ? groups - g : WINDOW;
-        const __mmask16 live = (__mmask16)((1u << left) - 1);
-        const __m512 sg = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(live, scale + g));
-        const __m512 og = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(live, offset + g));
-        const __m512 o = _mm512_fmadd_ps(sg, _mm512_set1_ps(z), og);
-        for (int m = 0; m < MT; m++) {
-            const __m512 sums_x = _mm512_loadu_ps(xsum + m * a->sum_stride + g);
-            acc[0][m] = _mm512_fmadd_ps(o, sums_x, acc[0][m]);
-        }
-    }
-    for (int m = 0; m < MT; m++)
-        sums[m] = _mm512_reduce_add_ps(_mm512_add_ps(acc[0][m], acc[1][m]));
-    (void)window_group;
-#elif Q8_PATH == 1
-    const __m128i nibble = _mm_set1_epi8(0x0f);
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256 acc[M_TILE];
-    for (int m = 0; m < MT; m++) acc[m] = _mm256_setzero_ps();
+    const int step = step_blocks(bits), lanes = 16 / step;
+    for (int l = 0; l < lanes; l++) row[(int64_t)b / step * 16 + b % step * lanes + l] = value;
+}
+
+static void quantize_row(const void *x, int64_t x_stride, int bf16, int64_t m, int K, int bits,
+                         int group_size, int blocks, activations *a) {
+    int8_t *q = a->q + m * a->q_stride;
+    const float inv127 = 1.0f / 127.0f;
     for (int b = 0; b < blocks; b++) {
-        const float s = _cvtsh_ss(scale[b / group_blocks]);
-        const uint8_t *at = row + (int64_t)b * block_bytes;
-        __m256i codes, low16 = _mm256_setzero_si256(), high16 = low16;
-        if (bits == 4) {
-            const __m128i v = _mm_loadu_si128((const __m128i *)at);
-            codes = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), nibble),
-                                     _mm_and_si128(v, nibble));
-        } else {
-            codes = _mm256_setzero_si256();
-            low16 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)at));
-            high16 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(at + 16)));
+        const int width = K - b * BLOCK < BLOCK ? K - b * BLOCK : BLOCK;
+        float v[BLOCK], amax = 0.0f;
+        for (int c = 0; c < width; c++) {
+            v[c] = load_x(x, bf16, m * x_stride + (int64_t)b * BLOCK + c);
+            amax = fabsf(v[c]) > amax ? fabsf(v[c]) : amax;
+            a->sum[m * a->sum_stride + b * BLOCK / group_size] += v[c];
         }
-        for (int m = 0; m < MT; m++) {
-            const int8_t *qb = q + m * a->q_stride + (int64_t)b * BLOCK;
-            __m256i dot;
-            const int32_t *lanes = centre + m * (a->q_stride / 4) + b * 8;
-            const __m256i start = _mm256_loadu_si256((const __m256i *)lanes);
-            if (bits == 4) {
-                const __m256i qv = _mm256_loadu_si256((const __m256i *)qb);
-                const __m256i pairs = _mm256_maddubs_epi16(codes, qv);
-                dot = _mm256_madd_epi16(pairs, ones);
-            } else {
-                const __m256i q0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)qb));
-                const __m256i q1 =
-                    _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(qb + 16)));
-                dot = _mm256_add_epi32(_mm256_madd_epi16(low16, q0), _mm256_madd_epi16(high16, q1));
+        const float d = amax * inv127, id = d > 0.0f ? 1.0f / d : 0.0f;
+        put(a->d + m * a->d_stride, b, bits, d);
+        for (int c = 0; c < width; c++) {
+            const float r = nearbyintf(v[c] * id); /* half to even */
+            q[q_at(bits, b, c)] = (int8_t)(r > 127.0f ? 127 : r < -127.0f ? -127 : r);
+        }
+    }
+    int32_t *centre = a->centre + m * (a->q_stride / 4);
+    for (int64_t j = 0; j < a->q_stride / 4; j++)
+        centre[j] = -(1 << (bits - 1)) * (q[4 * j] + q[4 * j + 1] + q[4 * j + 2] + q[4 * j + 3]);
+    for (int64_t j = 0; vnni4(bits) && j < a->q_stride / 4; j += 32) /* both halves a lane */
+        for (int l = 0; l < 16; l++) centre[j + l] += centre[j + 16 + l];
+}
+
+/* A chunk of weight rows' float tables: each row's scale per block (laid out as d) and
+ * offset + z * scale per group, for the rows of one chunk. */
+typedef struct {
+    float *scale, *offset;
+    int64_t scale_stride, offset_stride;
+    int32_t *window_group; /* VNNI: each block's group's place in its window of 16 blocks */
+} weight_tables;
+
+#if Q8_PATH == 2
+/* Up to 16 float16 values (the rest zero) as floats. */
+static inline __m512 load_halves(const uint16_t *at, int count) {
+    const int n = count < 16 ? count : 16;
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16((__mmask16)((1u << n) - 1), at));
+}
+
+/* Lane l of a step holds block l / 4 of its 4 (4-bit) or l / 8 of its 2 (8-bit). */
+static inline __m512i lane_blocks(int bits) {
+    const __m512i lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    return _mm512_srli_epi32(lanes, step_blocks(bits) == 4 ? 2 : 3);
+}
+
+/* The scales of blocks w0 .. w0 + 15 of a row, each its group's. */
+static inline __m512 window_scales(const uint16_t *scale, int w0, int groups, int group_blocks,
+                                   const int32_t *window_group) {
+    const int g0 = w0 / group_blocks;
+    const __m512 s = load_halves(scale + g0, groups - g0);
+    return group_blocks > 1 ? _mm512_permutexvar_ps(_mm512_loadu_si512(window_group + w0), s) : s;
+}
+#endif
+
+static void fill_tables(weight_tables *t, const uint16_t *scale, const uint16_t *offset, int rows,
+                        int blocks, int groups, int group_blocks, int bits) {
+    const float z = (float)(1 << (bits - 1));
+#if Q8_PATH == 2 /* 16 blocks' scales at a time, spread over each step's lanes by a permute */
+    const int step = step_blocks(bits);
+    const __m512i pattern = lane_blocks(bits);
+    for (int n = 0; n < rows; n++) {
+        const uint16_t *s = scale + (int64_t)n * groups, *o = offset + (int64_t)n * groups;
+        float *row = t->scale + n * t->scale_stride;
+        for (int w0 = 0; w0 < blocks; w0 += WINDOW) {
+            const __m512 sw = window_scales(s, w0, groups, group_blocks, t->window_group);
+            const int w_end = w0 + WINDOW < blocks ? w0 + WINDOW : blocks;
+            for (int b = w0; b < w_end; b += step) {
+                const __m512i at = _mm512_add_epi32(pattern, _mm512_set1_epi32(b - w0));
+                _mm512_storeu_ps(row + b / step * 16, _mm512_permutexvar_ps(at, sw));
             }
-            acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(start, dot)),
-                                     _mm256_set1_ps(s * d[m * a->d_stride + b]), acc[m]);
         }
+        for (int g = 0; g < groups; g += 16)
+            _mm512_storeu_ps(t->offset + n * t->offset_stride + g,
+                             _mm512_fmadd_ps(load_halves(s + g, groups - g), _mm512_set1_ps(z),
+                                             load_halves(o + g, groups - g)));
     }
-    for (int m = 0; m < MT; m++) {
-        float part[8], total = 0.0f;
-        _mm256_storeu_ps(part, acc[m]);
-        for (int i = 0; i < 8; i++) total += part[i];
-        for (int g = 0; g < groups; g++)
-            total += (half_to_float(offset[g]) + z * half_to_float(scale[g])) *
-                     xsum[m * a->sum_stride + g];
-        sums[m] = total;
-    }
-    (void)window_group;
 #else
-    for (int m = 0; m < MT; m++) {
-        float total = 0.0f;
-        for (int b = 0; b < blocks; b++) {
-            const uint8_t *at = row + (int64_t)b * block_bytes;
-            const int8_t *qb = q + m * a->q_stride + (int64_t)b * BLOCK;
-            int32_t dot = 0;
-            for (int j = 0; j < BLOCK / 4; j++) dot += centre[m * (a->q_stride / 4) + b * 8 + j];
-            for (int i = 0; i < BLOCK / 2 && bits == 4; i++)
-                dot += (at[i] & 0x0f) * qb[i] + (at[i] >> 4) * qb[i + BLOCK / 2];
-            for (int i = 0; i < BLOCK && bits == 8; i++) dot += at[i] * qb[i];
-            total += half_to_float(scale[b / group_blocks]) * d[m * a->d_stride + b] * (float)dot;
-        }
+    for (int n = 0; n < rows; n++) {
+        const uint16_t *s = scale + (int64_t)n * groups, *o = offset + (int64_t)n * groups;
+        for (int b = 0; b < blocks; b++)
+            put(t->scale + n * t->scale_stride, b, bits, half_to_float(s[b / group_blocks]));
         for (int g = 0; g < groups; g++)
-            total += (half_to_float(offset[g]) + z * half_to_float(scale[g])) *
-                     xsum[m * a->sum_stride + g];
-        sums[m] = total;
+            t->offset[n * t->offset_stride + g] = half_to_float(o[g]) + z * half_to_float(s[g]);
     }
-    (void)window_group;
 #endif
 }
 
-static void row_dot(const activations *a, int64_t m0, int mt, const uint8_t *row,
-                    const uint16_t *scale, const uint16_t *offset, int blocks, int groups,
-                    int group_blocks, const int32_t *window_group, int bits, float *sums) {
-    switch (mt) { /* each a copy with its own number of accumulators in registers */
-#define TILE(MT)                                                                                \
-    row_dot_tile(a, m0, MT, row, scale, offset, blocks, groups, group_blocks, window_group, bits, \
-                 sums)
-    case 1: TILE(1); break;
-    case 2: TILE(2); break;
-    case 3: TILE(3); break;
-    default: TILE(4);
-#undef TILE
-    }
-}
+#include "quant_linear_q8_tile.h" /* tile(): the multiply of one register tile */
 
 int quant_linear_q8(const void *x, int64_t x_stride, int x_bf16, int64_t M, const uint8_t *codes,
                     const uint16_t *scale, const uint16_t *offset, int64_t N, int K, int bits,
@@ -315,36 +244,84 @@ int quant_linear_q8(const void *x, int64_t x_stride, int x_bf16, int64_t M, cons
     const int groups = (K + group_size - 1) / group_size;
     const int64_t row_bytes = (int64_t)blocks * BLOCK * bits / 8;
     activations a = {0};
-    /* For each block, its group's place within the block's window of 16 (whose first
-     * group is the window's first block's): the permute that spreads groups to blocks. */
-    const int windows = (blocks + WINDOW - 1) / WINDOW;
-    int32_t *window_group = malloc((size_t)windows * WINDOW * sizeof(int32_t));
-    int failed = window_group == NULL ? 2 : 0;
+    a.q_stride = (int64_t)(blocks + 3) / 4 * 4 * BLOCK; /* whole quads of blocks */
+    a.d_stride = lanes_a_row(blocks, bits);
+    a.sum_stride = (groups + WINDOW - 1) / WINDOW * WINDOW;
+    a.q = aligned_alloc(64, (size_t)(M * a.q_stride));
+    a.centre = aligned_alloc(64, (size_t)(M * a.q_stride));
+    a.d = calloc((size_t)(M * a.d_stride), sizeof(float));
+    a.sum = calloc((size_t)(M * a.sum_stride), sizeof(float));
+    int failed = a.q == NULL || a.centre == NULL || a.d == NULL || a.sum == NULL ? 2 : 0;
     if (!failed) {
-        for (int b = 0; b < windows * WINDOW; b++) {
-            const int g0 = (b / WINDOW * WINDOW) / group_blocks;
-            window_group[b] = b < blocks ? b / group_blocks - g0 : 0;
-        }
-        failed = quantize_rows(x, x_stride, x_bf16, M, K, bits, group_size, blocks, groups, &a);
+        memset(a.q, 0, (size_t)(M * a.q_stride));
+#pragma omp parallel for schedule(static) num_threads(threads) if (M >= 4)
+        for (int64_t m = 0; m < M; m++)
+            quantize_row(x, x_stride, x_bf16, m, K, bits, group_size, blocks, &a);
     }
-    if (!failed) {
-        const int64_t chunks = (N + ROW_CHUNK - 1) / ROW_CHUNK;
-#pragma omp parallel for schedule(static) num_threads(threads)
+    const int64_t chunks = (N + ROW_CHUNK - 1) / ROW_CHUNK;
+#pragma omp parallel num_threads(threads) if (!failed)
+    {
+        weight_tables t = {0};
+        t.scale_stride = lanes_a_row(blocks, bits);
+        t.offset_stride = a.sum_stride;
+        t.scale = calloc((size_t)(ROW_CHUNK * t.scale_stride), sizeof(float));
+        t.offset = calloc((size_t)(ROW_CHUNK * t.offset_stride), sizeof(float));
+        const int windows = (blocks + WINDOW - 1) / WINDOW;
+        t.window_group = malloc((size_t)windows * WINDOW * sizeof(int32_t));
+        const int ready = t.scale != NULL && t.offset != NULL && t.window_group != NULL;
+        for (int b = 0; ready && b < windows * WINDOW; b++)
+            t.window_group[b] =
+                b < blocks ? b / group_blocks - b / WINDOW * WINDOW / group_blocks : 0;
+        if (!ready) {
+#pragma omp atomic write
+            failed = 2;
+        }
+#pragma omp for schedule(static)
         for (int64_t chunk = 0; chunk < chunks; chunk++) {
-            const int64_t n_end = (chunk + 1) * ROW_CHUNK < N ? (chunk + 1) * ROW_CHUNK : N;
-            for (int64_t m0 = 0; m0 < M; m0 += M_TILE) {
-                const int mt = M - m0 < M_TILE ? (int)(M - m0) : M_TILE;
-                for (int64_t n = chunk * ROW_CHUNK; n < n_end; n++) {
-                    float sums[M_TILE];
-                    row_dot(&a, m0, mt, codes + n * row_bytes, scale + n * groups,
-                            offset + n * groups, blocks, groups, group_blocks, window_group,
-                            bits, sums);
-                    for (int m = 0; m < mt; m++) store(out, x_bf16, (m0 + m) * N + n, sums[m]);
+            if (!ready) continue;
+            const int64_t n0 = chunk * ROW_CHUNK;
+            const int rows = N - n0 < ROW_CHUNK ? (int)(N - n0) : ROW_CHUNK;
+            /* VNNI with fewer rows of x than a tile reads the weight's own scales */
+            const int use_raw = Q8_PATH == 2 && M < TILE_M;
+            if (!use_raw)
+                fill_tables(&t, scale + n0 * groups, offset + n0 * groups, rows, blocks, groups,
+                            group_blocks, bits);
+            raw_scales raw = {.window_group = t.window_group, .group_blocks = group_blocks};
+            for (int64_t m0 = 0; m0 < M;) {
+                const int full = M - m0 >= TILE_M, nt = full ? TILE_N : EDGE_N;
+                for (int j = 0; j < rows; j += nt) {
+                    const uint8_t *tile_rows[EDGE_N];
+                    const float *ws[EDGE_N], *wo[EDGE_N];
+                    for (int n = 0; n < nt; n++) { /* past the chunk: its last row again */
+                        const int r = j + n < rows ? j + n : rows - 1;
+                        tile_rows[n] = codes + (n0 + r) * row_bytes;
+                        ws[n] = t.scale + r * t.scale_stride;
+                        wo[n] = t.offset + r * t.offset_stride;
+                        raw.scale[n] = scale + (n0 + r) * groups;
+                        raw.offset[n] = offset + (n0 + r) * groups;
+                    }
+                    float sums[8];
+#define TILE(MT, NT, RAW, BITS) \
+    tile(&a, m0, MT, tile_rows, NT, ws, wo, RAW, blocks, groups, BITS, sums)
+                    if (full && bits == 4) TILE(TILE_M, TILE_N, NULL, 4);
+                    else if (full) TILE(TILE_M, TILE_N, NULL, 8);
+                    else if (use_raw && bits == 4) TILE(1, EDGE_N, &raw, 4);
+                    else if (use_raw) TILE(1, EDGE_N, &raw, 8);
+                    else if (bits == 4) TILE(1, EDGE_N, NULL, 4);
+                    else TILE(1, EDGE_N, NULL, 8);
+#undef TILE
+                    const int mt = full ? TILE_M : 1;
+                    for (int m = 0; m < mt; m++)
+                        for (int n = 0; n < nt && j + n < rows; n++)
+                            store(out, x_bf16, (m0 + m) * N + n0 + j + n, sums[m * nt + n]);
                 }
+                m0 += full ? TILE_M : 1;
             }
         }
+        free(t.scale);
+        free(t.offset);
+        free(t.window_group);
     }
-    free(window_group);
     free(a.q);
     free(a.centre);
     free(a.d);

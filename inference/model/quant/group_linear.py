@@ -3,7 +3,9 @@ their weights as packed codes with float16 scales and offsets (`group_math.py`).
 
 A layer never holds a float copy of its weight. On the CPU a decode step's few rows
 multiply through the C kernel (inference/kernels/cpu/quant_linear.py), which widens each
-block of codes in registers; from MAX_KERNEL_ROWS rows on (prefill chunks), and where no
+block of codes in registers; with int8 activations asked for, the int8 kernel takes up to
+its build's `int8_max_rows` (32 with VNNI: a batch of decode steps); from MAX_KERNEL_ROWS
+rows on (prefill chunks), and where no
 kernel is set (other devices, no compiler), the weight is dequantized for that call in
 slices of rows and multiplied by torch, then dropped.
 
@@ -106,9 +108,12 @@ class GroupQuantWeights(nn.Module):
         shape = x.shape
         x2 = x.reshape(-1, shape[-1])
         kernel = self.kernels.quant if self.kernels is not None else None
-        if kernel is not None and x2.shape[0] < MAX_KERNEL_ROWS:
-            multiply = kernel.matmul_int8 if self.int8_activations else kernel.matmul
-            y = multiply(x2, self.packed)
+        if kernel is not None:
+            y = None
+            if self.int8_activations and x2.shape[0] <= kernel.int8_max_rows:
+                y = kernel.matmul_int8(x2, self.packed)
+            elif x2.shape[0] < MAX_KERNEL_ROWS:
+                y = kernel.matmul(x2, self.packed)
             if y is not None:
                 return y.reshape(*shape[:-1], -1)
         weight = self.packed

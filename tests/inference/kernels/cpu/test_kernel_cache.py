@@ -90,6 +90,19 @@ def test_the_key_follows_source_flags_and_compiler(tmp_path: Path) -> None:
     assert key != build_key("/usr/bin/cc", flags, source)
 
 
+def test_the_key_follows_the_headers_a_source_includes(tmp_path: Path) -> None:
+    source, header = tmp_path / "k.c", tmp_path / "k_part.h"
+    header.write_text("static int g(void) { return 1; }\n")
+    source.write_text('#include <stdint.h>\n#include "k_part.h"\nint f(void) { return g(); }\n')
+    assert build.local_includes(source) == [header]
+    key = build_key("/usr/bin/cc", FLAGS, source)
+    header.write_text("static int g(void) { return 2; }\n")
+    assert key != build_key("/usr/bin/cc", FLAGS, source)
+    assert build.local_includes(build.HERE / "quant_linear_q8.c") == [
+        build.HERE / "quant_linear_q8_tile.h"
+    ]
+
+
 PREBUILD = (
     "import logging, sys; logging.basicConfig(level='INFO', stream=sys.stdout);"
     "from inference.kernels.cpu import build;"

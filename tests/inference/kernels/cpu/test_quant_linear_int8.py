@@ -7,9 +7,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from inference.kernels.cpu.layers import load_layer_kernels
-from inference.kernels.cpu.quant_linear import QuantLinearKernel, load_quant_linear
+from inference.kernels.cpu.quant_linear import (
+    MAX_KERNEL_ROWS,
+    QuantLinearKernel,
+    load_quant_linear,
+)
 from inference.model.quant.group_linear import GroupQuantLinear
 from inference.model.quant.group_math import (
     BLOCK,
@@ -79,6 +84,36 @@ def test_int8_matches_its_arithmetic(
         assert ((got_b.double() - expected_b).abs() <= bound).all()
 
 
+def assert_matches_reference(
+    got: torch.Tensor | None, x: torch.Tensor, weight: GroupQuantized
+) -> None:
+    expected, magnitude = int8_reference(x, weight)
+    assert got is not None and got.dtype == x.dtype
+    bound = 1e-5 * (1 + magnitude)
+    if x.dtype == torch.bfloat16:  # the output's own rounding
+        bound = bound + 2**-8 * expected.abs()
+    assert ((got.double() - expected).abs() <= bound).all()
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("group_size", [32, 64, 128])
+@pytest.mark.parametrize(("rows", "cols"), [(37, 96), (50, 608), (19, 1000)])
+def test_int8_at_batch_rows(
+    kernel: QuantLinearKernel, bits: int, group_size: int, rows: int, cols: int
+) -> None:
+    """Rows of x by the tile of 4 and past it (16-128 as a batch of decode steps, 300 as a
+    prefill chunk), weight rows not a whole number of tiles or chunks of 16, K an odd
+    number of blocks (96, 608) or not whole blocks (1000)."""
+    torch.manual_seed(rows + cols + bits + group_size)
+    weight = quantize_groups(torch.randn(rows, cols), bits, group_size)
+    for m in (16, 17, 18, 19, 31, 32, 33, 63, 64, 65, 127, 128, 300):
+        x = torch.randn(m, cols) * torch.rand(m, 1) * 4
+        x[m // 2, : min(cols, 64)] = 0.0  # zero blocks in a row inside a tile
+        assert_matches_reference(kernel.matmul_int8(x, weight), x, weight)
+        xb = x.bfloat16()
+        assert_matches_reference(kernel.matmul_int8(xb, weight), xb, weight)
+
+
 @pytest.mark.parametrize("bits", [4, 8])
 def test_int8_error_against_float(kernel: QuantLinearKernel, bits: int) -> None:
     """Gaussian x and weights: x's int8 rounding costs about 0.6% of the output's norm
@@ -119,3 +154,33 @@ def test_layer_uses_int8_only_when_asked() -> None:
     int8 = kernels.quant.matmul_int8(x, layer.packed)
     assert int8 is not None and torch.equal(layer(x), int8)
     assert not torch.equal(int8, exact)  # a different arithmetic, so the switch is seen
+
+
+def test_layer_takes_int8_up_to_its_builds_limit() -> None:
+    """With int8 activations the layer multiplies a batch of decode steps (up to the build's
+    `int8_max_rows`: 32 with VNNI) through the int8 kernel, past the exact kernel's 16
+    rows; one row more, and without the option, it dequantizes as before."""
+    kernels = load_layer_kernels()
+    assert kernels is not None and kernels.quant is not None
+    quant = kernels.quant
+    limit = quant.int8_max_rows
+    if quant.int8_path == "avx512-vnni":
+        assert limit >= 32  # a batch of 32 decode steps
+    layer = GroupQuantLinear(96, [40, 24], bits=4, group_size=32, bias=False,
+                             dtype=torch.bfloat16, device="cpu")  # fmt: skip
+    layer.fill_rows(slice(None), quantize_groups(torch.randn(64, 96), 4, 32), "w")
+    layer.kernels = kernels
+    whole = quant.dequantize(layer.packed, torch.bfloat16)
+    assert whole is not None
+    x = torch.randn(limit + 1, 96).bfloat16()
+    at_limit = x[:limit]
+    assert torch.equal(layer(at_limit), F.linear(at_limit, whole))  # the default: dequantized
+    layer.int8_activations = True
+    int8 = quant.matmul_int8(at_limit, layer.packed)
+    assert int8 is not None and torch.equal(layer(at_limit), int8)
+    assert not torch.equal(int8, F.linear(at_limit, whole))
+    assert torch.equal(layer(x), F.linear(x, whole))  # one row past the limit
+    few = x[: MAX_KERNEL_ROWS - 1]
+    multiply = quant.matmul_int8 if limit >= len(few) else quant.matmul
+    expected = multiply(few, layer.packed)
+    assert expected is not None and torch.equal(layer(few), expected)
