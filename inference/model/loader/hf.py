@@ -1,4 +1,9 @@
-"""Hugging Face checkpoint directories: config.json plus one or more safetensors files."""
+"""Hugging Face checkpoint directories: config.json plus one or more safetensors files.
+
+A GPTQ/AWQ format declared in quantize_config.json / quant_config.json (older AutoGPTQ and
+AutoAWQ) is read into the config's ``quantization_config`` here (quantize_config.py), so
+every reader of the config sees it.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ from typing import Any
 
 import torch
 
+from inference.model.loader.quantize_config import LEGACY_FILES, check_base_name, merge_legacy_files
 from inference.model.loader.safetensors import count_tensors, iter_safetensors
 
 SINGLE_FILE = "model.safetensors"
@@ -30,21 +36,46 @@ def read_json(path: Path) -> dict[str, Any]:
 def read_config(directory: Path) -> dict[str, Any]:
     if not directory.is_dir():
         raise ValueError(f"{directory} is not a checkpoint directory")
-    return read_json(directory / "config.json")
+    config = read_json(directory / "config.json")
+    legacy = {
+        name: read_json(directory / name) for name in LEGACY_FILES if (directory / name).exists()
+    }
+    return merge_legacy_files(config, legacy)
 
 
-def weight_files(directory: Path) -> list[Path]:
-    """The safetensors files of a checkpoint: the single file, or every shard of the index."""
-    index_path = directory / INDEX_FILE
-    if index_path.exists():
-        weight_map = read_json(index_path).get("weight_map")
-        if not isinstance(weight_map, dict) or not weight_map:
-            raise ValueError(f"{index_path} has no weight_map")
-        files = [directory / name for name in dict.fromkeys(weight_map.values())]
-    elif (directory / SINGLE_FILE).exists():
-        files = [directory / SINGLE_FILE]
+def weights_base_names(config: dict[str, Any]) -> tuple[str, ...]:
+    """Base names the weights may be saved under, in the order tried: AutoGPTQ names them
+    by ``model_file_base_name``, or else ``gptq_model-{bits}bit-{group_size}g``."""
+    quant = config.get("quantization_config")
+    if not isinstance(quant, dict) or quant.get("quant_method") != "gptq":
+        return ("model",)
+    base = quant.get("model_file_base_name")
+    named = [check_base_name(base, "quantization_config")] if base is not None else []
+    default = f"gptq_model-{quant.get('bits')}bit-{quant.get('group_size', -1)}g"
+    return tuple(dict.fromkeys([*named, "model", default]))
+
+
+def weight_files(directory: Path, base_names: tuple[str, ...] = ("model",)) -> list[Path]:
+    """The safetensors files of a checkpoint: the single file, or every shard of the index,
+    under the first of ``base_names`` that has either."""
+    for base in base_names:
+        index_path = directory / f"{base}.safetensors.index.json"
+        if index_path.exists():
+            weight_map = read_json(index_path).get("weight_map")
+            if not isinstance(weight_map, dict) or not weight_map:
+                raise ValueError(f"{index_path} has no weight_map")
+            files = [directory / name for name in dict.fromkeys(weight_map.values())]
+            break
+        if (directory / f"{base}.safetensors").exists():
+            files = [directory / f"{base}.safetensors"]
+            break
     else:
-        raise ValueError(f"{directory} has neither {SINGLE_FILE} nor {INDEX_FILE}")
+        others = [base for base in base_names if base != "model"]
+        tried = " or ".join(f"{base}.safetensors[.index.json]" for base in others)
+        raise ValueError(
+            f"{directory} has neither {SINGLE_FILE} nor {INDEX_FILE}"
+            + (f" (nor {tried})" if tried else "")
+        )
     for path in files:
         if not path.is_file():
             raise ValueError(f"checkpoint file {path} is missing")
@@ -66,7 +97,7 @@ class HFCheckpoint:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.config = read_config(directory)
-        self.files = weight_files(directory)
+        self.files = weight_files(directory, weights_base_names(self.config))
         # Reading every header now reports a damaged shard before any weight is loaded.
         self.num_tensors = sum(count_tensors(path) for path in self.files)
 

@@ -1,10 +1,11 @@
 """GPTQ and AWQ checkpoints: recognised, and loaded into group-quantized layers as they are.
 
-config.json's ``quantization_config`` says the format (packed_format.py); the tensor names
-say which layers it covers (those with a ``qweight``; ``modules_to_not_convert`` and
-lm_head keep a float ``weight``). Each layer's parts (``qweight``, ``qzeros``, ``scales``,
-``g_idx``) are collected as the tensors stream and handed on as one `GroupQuantized`
-``weight``, so the weights are never held in floats.
+config.json's ``quantization_config`` says the format (packed_format.py; an older
+quantize_config.json or quant_config.json is read into it by loader/quantize_config.py);
+the tensor names say which layers it covers (those with a ``qweight``;
+``modules_to_not_convert`` and lm_head keep a float ``weight``). Each layer's parts
+(``qweight``, ``qzeros``, ``scales``, ``g_idx``) are collected as the tensors stream and
+handed on as one `GroupQuantized` ``weight``, so the weights are never held in floats.
 
 Act-order layers permute their input columns. q|k|v (and gate|up) run as one fused layer
 with one input, so their shards must share the permutation; GPTQ computes it from the
@@ -136,7 +137,7 @@ class PackedCheckpoint:
 def inspect_packed_checkpoint(
     hf_config: dict[str, Any], files: list[Path]
 ) -> PackedCheckpoint | None:
-    """A PackedCheckpoint when config.json declares GPTQ or AWQ; None for other checkpoints.
+    """A PackedCheckpoint when the config declares GPTQ or AWQ; None for other checkpoints.
     ValueError for GPTQ/AWQ tensors without the declaration, or a declaration without them."""
     fmt = read_packed_format(hf_config.get("quantization_config"))
     located: dict[str, Path] = {}
@@ -151,12 +152,13 @@ def inspect_packed_checkpoint(
         if any("qweight" in found for found in parts.values()):
             raise ValueError(
                 "the checkpoint has packed 'qweight' tensors (GPTQ or AWQ), but config.json "
-                "declares no quantization_config with quant_method 'gptq' or 'awq'"
+                "declares no quantization_config with quant_method 'gptq' or 'awq' (and "
+                "there is no quantize_config.json or quant_config.json)"
             )
         return None
     quantized = {m: p for m, p in parts.items() if "qweight" in p}
     if not quantized:
-        raise ValueError(f"config.json declares {fmt.method.upper()}, but no tensor is a qweight")
+        raise ValueError(f"the config declares {fmt.method.upper()}, but no tensor is a qweight")
     for module, found in quantized.items():
         missing = sorted(set(fmt.parts) - found - {"g_idx"})  # g_idx may be left out
         if missing:
@@ -181,7 +183,8 @@ def check_requested(
         if quantization in PACKED_METHODS:
             raise ValueError(
                 f"--quantization {quantization} loads a {quantization.upper()} checkpoint, and "
-                f"{name} is not one (config.json declares no quant_method {quantization!r})"
+                f"{name} is not one (neither config.json nor a quantize_config.json / "
+                f"quant_config.json declares quant_method {quantization!r})"
             )
         return
     held = checkpoint.fmt.describe()
