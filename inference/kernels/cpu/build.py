@@ -72,6 +72,7 @@ SIGNATURES: dict[str, dict[str, list[type[Any]]]] = {
     },
     "layers": {
         "rms_norm": [_p, _i64, _p, _p, _i64, _i32, _f32, _i32, _i32],
+        "add_rms_norm": [_p, _i64, _p, _p, _p, _i64, _i32, _f32, _i32, _i32],
         "silu_and_mul": [_p, _i64, _p, _i64, _i32, _i32, _i32],
         "rotary": [_p, _i64, _p, _p, _p, _i64, _i32, _i32, _i32, _i32],
         "fp8_dequantize": [_p, _p, _i64, _i32, _i32, _i32, _p, _i32, _i32],

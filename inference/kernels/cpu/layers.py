@@ -79,6 +79,30 @@ class CpuLayerKernels:
         )
         return out
 
+    def add_rms_norm(
+        self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """x (T, n), rows possibly strided, added into ``residual`` (T, n) contiguous, in
+        place; returns (the sum's norm (T, n), residual)."""
+        if x.dim() != 2 or residual.shape != x.shape or not residual.is_contiguous():
+            raise ValueError("add_rms_norm takes (T, n) rows and a contiguous residual of them")
+        if not weight.is_contiguous():
+            raise ValueError("add_rms_norm takes a contiguous weight")
+        out = torch.empty(x.shape, dtype=x.dtype)
+        self._lib.add_rms_norm(
+            x.data_ptr(),
+            x.stride(0),
+            residual.data_ptr(),
+            weight.data_ptr(),
+            out.data_ptr(),
+            x.shape[0],
+            x.shape[1],
+            eps,
+            _DTYPE_CODES[x.dtype],
+            torch.get_num_threads(),
+        )
+        return out, residual
+
     def silu_and_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
         """(T, 2n) holding [gate | up] -> (T, n)."""
         if gate_up.dim() != 2 or gate_up.shape[1] % 2:

@@ -55,6 +55,37 @@ def test_rms_norm(dtype: str, build: str) -> None:
 
 @pytest.mark.parametrize("build", BUILDS)
 @pytest.mark.parametrize("dtype", DTYPES)
+def test_add_rms_norm_is_the_add_then_the_norm(dtype: str, build: str) -> None:
+    """The fused residual add gives torch's sum bit for bit, in place, and its norm is the
+    unfused kernel's on that sum bit for bit (the same float order)."""
+    gen = torch.Generator().manual_seed(5)
+    norm = RMSNorm(96, 1e-5, DTYPES[dtype], torch.device("cpu"))
+    norm.weight.data.copy_(torch.randn(96, generator=gen))
+    x = (3 * torch.randn(50, 160, generator=gen)).to(DTYPES[dtype])[:, 32:128]  # strided rows
+    residual = (3 * torch.randn(50, 96, generator=gen)).to(DTYPES[dtype])
+    expected_sum = residual + x
+    by_torch = norm(expected_sum)
+    norm.kernels = kernels(build)
+    unfused = norm(expected_sum)
+    normed, summed = norm.add_forward(x, residual)
+    assert summed.data_ptr() == residual.data_ptr()
+    assert torch.equal(summed, expected_sum)
+    assert torch.equal(normed, unfused)
+    assert_matches(normed, by_torch)
+
+
+def test_add_rms_norm_without_the_kernel_is_torchs_add_then_norm() -> None:
+    gen = torch.Generator().manual_seed(6)
+    norm = RMSNorm(32, 1e-6, torch.bfloat16, torch.device("cpu"))
+    x, residual = torch.randn(2, 3, 4, 32, generator=gen).bfloat16()  # 3-D: the torch code
+    norm.kernels = kernels("native")
+    normed, summed = norm.add_forward(x, residual)
+    assert torch.equal(summed, residual + x)
+    assert torch.equal(normed, RMSNorm(32, 1e-6, torch.bfloat16, torch.device("cpu"))(summed))
+
+
+@pytest.mark.parametrize("build", BUILDS)
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_silu_and_mul(dtype: str, build: str) -> None:
     gate_up = (4 * torch.randn(70, 2 * 48, generator=torch.Generator().manual_seed(1))).to(
         DTYPES[dtype]
