@@ -76,8 +76,10 @@ def _leading_shared(tables: np.ndarray, limit: int) -> int:
 
 
 class CpuAttentionBackend:
-    def __init__(self, library: ctypes.CDLL) -> None:
+    def __init__(self, library: ctypes.CDLL, store: ctypes.CDLL) -> None:
+        """``library``: paged_decode.c; ``store``: kv_store.c (build.py loads both)."""
         self._kernel = library.paged_decode_attention
+        self._store_kv = store.store_kv
         self._torch = TorchAttentionBackend()  # the reference, for what the kernels skip
 
     def build_metadata(self, layout: PagedLayout, device: torch.device) -> CpuAttentionMetadata:
@@ -86,7 +88,48 @@ class CpuAttentionBackend:
     def write_kv(
         self, key: torch.Tensor, value: torch.Tensor, cache: KVCache, slot_mapping: torch.Tensor
     ) -> None:
-        self._torch.write_kv(key, value, cache, slot_mapping)
+        """Store key/value (T, Hkv, D) at their flat cache slots (kv_store.c; the torch path
+        for tensors it does not take)."""
+        key_cache, value_cache = cache
+        pool = key_cache.dtype
+        if (
+            key.dtype not in _DTYPE_CODES
+            or key.dtype == FP8_KV_DTYPE
+            or value.dtype != key.dtype
+            or (pool != key.dtype and pool != FP8_KV_DTYPE)
+            or not _rows_of_heads(key)
+            or not _rows_of_heads(value)
+            or key.shape[1:] != key_cache.shape[2:]
+            or value.shape != key.shape
+            or not (key_cache.is_contiguous() and value_cache.is_contiguous())
+            or slot_mapping.dtype != torch.int64
+            or not slot_mapping.is_contiguous()
+            or slot_mapping.shape != key.shape[:1]
+            or key.device.type != "cpu"
+        ):
+            self._torch.write_kv(key, value, cache, slot_mapping)
+            return
+        k_scale, v_scale = kv_scales(cache)
+        width = key.shape[1] * key.shape[2]
+        status = self._store_kv(
+            key.data_ptr(),
+            key.stride(0),
+            value.data_ptr(),
+            value.stride(0),
+            _DTYPE_CODES[key.dtype],
+            key_cache.data_ptr(),
+            value_cache.data_ptr(),
+            _DTYPE_CODES[pool],
+            slot_mapping.data_ptr(),
+            key.shape[0],
+            width,
+            key_cache.shape[0] * key_cache.shape[1],
+            k_scale,
+            v_scale,
+            torch.get_num_threads(),
+        )
+        if status != 0:
+            raise IndexError(f"KV cache write failed with status {status} (a slot past the pool)")
 
     def forward(
         self, query: torch.Tensor, cache: KVCache, meta: CpuAttentionMetadata, scale: float
