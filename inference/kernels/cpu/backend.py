@@ -28,6 +28,7 @@ from inference.kernels.attention import (
     build_torch_metadata,
 )
 from inference.kernels.cpu.cascade import fold, own_chunk_attention, shared_prefix_attention
+from inference.kernels.cpu.threads import threads_for
 from inference.kernels.kv_cache import FP8_KV_DTYPE, KVCache, kv_scales
 
 _DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2, FP8_KV_DTYPE: 3}
@@ -126,7 +127,7 @@ class CpuAttentionBackend:
             key_cache.shape[0] * key_cache.shape[1],
             k_scale,
             v_scale,
-            torch.get_num_threads(),
+            threads_for(2 * key.shape[0] * width),
         )
         if status != 0:
             raise IndexError(f"KV cache write failed with status {status} (a slot past the pool)")
@@ -204,7 +205,7 @@ class CpuAttentionBackend:
             skip,
             0 if prior is None else prior.data_ptr(),
             0 if prior_lse is None else prior_lse.data_ptr(),
-            torch.get_num_threads(),
+            min(torch.get_num_threads(), lens.shape[0]),  # a sequence is a work item
         )
         if status != 0:
             raise RuntimeError(f"CPU paged-attention kernel failed with status {status}")

@@ -20,6 +20,7 @@ import torch
 from inference.kernels.cpu.build import KernelBuildError, load_library
 from inference.kernels.cpu.fp8_linear import Fp8LinearKernel, load_fp8_linear
 from inference.kernels.cpu.quant_linear import QuantLinearKernel, load_quant_linear
+from inference.kernels.cpu.threads import threads_for
 
 log = logging.getLogger("inference.kernels")
 
@@ -75,7 +76,7 @@ class CpuLayerKernels:
             x.shape[1],
             eps,
             _DTYPE_CODES[x.dtype],
-            torch.get_num_threads(),
+            threads_for(x.numel()),
         )
         return out
 
@@ -99,7 +100,7 @@ class CpuLayerKernels:
             x.shape[1],
             eps,
             _DTYPE_CODES[x.dtype],
-            torch.get_num_threads(),
+            threads_for(x.numel()),
         )
         return out, residual
 
@@ -116,7 +117,7 @@ class CpuLayerKernels:
             gate_up.shape[0],
             n,
             _DTYPE_CODES[gate_up.dtype],
-            torch.get_num_threads(),
+            threads_for(gate_up.numel()),
         )
         return out
 
@@ -138,7 +139,7 @@ class CpuLayerKernels:
             heads,
             dim,
             _DTYPE_CODES[x.dtype],
-            torch.get_num_threads(),
+            threads_for(x.numel()),
         )
         return out
 

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from inference.kernels.cpu.layers import CpuLayerKernels, load_layer_kernels
+from inference.kernels.cpu.threads import SINGLE_THREAD_ELEMENTS
 from inference.model.layers.activation import silu_and_mul
 from inference.model.layers.norm import RMSNorm
 from inference.model.layers.rotary import RotaryEmbedding, apply_rotary
@@ -155,3 +156,27 @@ def test_fp8_layers_dequantize_through_the_kernels(tmp_path: Path) -> None:
     assert fp8_layers and all(m.kernels is not None for m in fp8_layers)
     actual = PagedDriver(model, num_blocks=8).step({0: tokens.tolist()})
     torch.testing.assert_close(actual, expected, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_many_rows_on_all_threads_give_what_each_row_alone_gives(dtype: str) -> None:
+    """Past `SINGLE_THREAD_ELEMENTS` the kernels run on every thread, below it on one: each
+    row comes out the same either way."""
+    fast, dt = kernels("native"), DTYPES[dtype]
+    gen = torch.Generator().manual_seed(7)
+    rows, n = 2 * SINGLE_THREAD_ELEMENTS // 96, 96
+    x = (3 * torch.randn(rows, n, generator=gen)).to(dt)
+    residual = (3 * torch.randn(rows, n, generator=gen)).to(dt)
+    weight = torch.randn(n, generator=gen).to(dt)
+    cos, sin = RotaryEmbedding(32, 1e4, None, torch.device("cpu")).cos_sin(torch.arange(rows), dt)
+    normed = fast.rms_norm(x, weight, 1e-5)
+    added, summed = fast.add_rms_norm(x, residual.clone(), weight, 1e-5)
+    silu = fast.silu_and_mul(torch.cat([x, residual], dim=1))
+    rotated = fast.rotary(x.view(rows, 3, 32), cos, sin)
+    for r in (0, rows // 2, rows - 1):
+        one = slice(r, r + 1)
+        assert torch.equal(normed[one], fast.rms_norm(x[one], weight, 1e-5))
+        alone = fast.add_rms_norm(x[one], residual[one].clone(), weight, 1e-5)
+        assert torch.equal(added[one], alone[0]) and torch.equal(summed[one], alone[1])
+        assert torch.equal(silu[one], fast.silu_and_mul(torch.cat([x[one], residual[one]], 1)))
+        assert torch.equal(rotated[one], fast.rotary(x[one].view(1, 3, 32), cos[one], sin[one]))
