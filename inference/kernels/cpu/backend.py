@@ -221,6 +221,8 @@ class CpuAttentionBackend:
     ) -> None:
         """Chunks that are all of their context past the shared blocks go through the
         cascade; any other chunk through the torch path."""
+        if not seqs:  # a pure decode step: every layer comes here
+            return
         block_size = cache[0].shape[1]
         base = meta.base
         shared = meta.prefill_shared_blocks
