@@ -52,12 +52,12 @@ def _interpreted(kernel: object) -> bool:
 
 def _cpu_backend(device: torch.device, *, required: bool) -> AttentionBackend[Any]:
     from inference.kernels.cpu.backend import CpuAttentionBackend
-    from inference.kernels.cpu.build import KernelBuildError, load_paged_decode
+    from inference.kernels.cpu.build import KernelBuildError, load_kv_store, load_paged_decode
 
     if device.type != "cpu":
         raise ValueError(f"attention_backend='cpu' needs the CPU device, not {device}")
     try:
-        return CpuAttentionBackend(load_paged_decode())
+        return CpuAttentionBackend(load_paged_decode(), load_kv_store())
     except KernelBuildError as error:
         if required:
             raise ValueError(f"attention_backend='cpu': {error}") from error

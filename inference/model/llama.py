@@ -131,12 +131,20 @@ class LlamaDecoderLayer(nn.Module):
     def forward(
         self,
         hidden: torch.Tensor,
+        residual: torch.Tensor | None,
         rope: Rope,
         kv_cache: KVCache,
         meta: AttentionMetadata,
-    ) -> torch.Tensor:
-        hidden = hidden + self.self_attn(self.input_layernorm(hidden), rope, kv_cache, meta)
-        return hidden + self.mlp(self.post_attention_layernorm(hidden))
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(this layer's output, the residual stream before it) for the next layer to add;
+        residual None for the first layer, whose input is the stream."""
+        if residual is None:
+            residual, hidden = hidden, self.input_layernorm(hidden)
+        else:
+            hidden, residual = self.input_layernorm(hidden, residual)
+        hidden = self.self_attn(hidden, rope, kv_cache, meta)
+        hidden, residual = self.post_attention_layernorm(hidden, residual)
+        return self.mlp(hidden), residual
 
 
 class LlamaModel(nn.Module):
@@ -194,9 +202,13 @@ class LlamaForCausalLM(nn.Module):
             raise ValueError(f"need {len(self.model.layers)} KV caches, got {len(kv_caches)}")
         hidden = self.model.embed_tokens(input_ids)
         rope = self.model.rotary.cos_sin(positions, hidden.dtype)
+        residual: torch.Tensor | None = None
         for layer, kv_cache in zip(self.model.layers, kv_caches, strict=True):
-            hidden = layer(hidden, rope, kv_cache, meta)
-        normed: torch.Tensor = self.model.norm(hidden)
+            hidden, residual = layer(hidden, residual, rope, kv_cache, meta)
+        if residual is not None:
+            hidden, _ = self.model.norm(hidden, residual)
+            return hidden
+        normed: torch.Tensor = self.model.norm(hidden)  # a model without layers
         return normed
 
     def set_layer_kernels(self, kernels: CpuLayerKernels | None) -> None:

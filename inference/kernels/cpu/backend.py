@@ -28,6 +28,7 @@ from inference.kernels.attention import (
     build_torch_metadata,
 )
 from inference.kernels.cpu.cascade import fold, own_chunk_attention, shared_prefix_attention
+from inference.kernels.cpu.threads import threads_for
 from inference.kernels.kv_cache import FP8_KV_DTYPE, KVCache, kv_scales
 
 _DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2, FP8_KV_DTYPE: 3}
@@ -76,8 +77,10 @@ def _leading_shared(tables: np.ndarray, limit: int) -> int:
 
 
 class CpuAttentionBackend:
-    def __init__(self, library: ctypes.CDLL) -> None:
+    def __init__(self, library: ctypes.CDLL, store: ctypes.CDLL) -> None:
+        """``library``: paged_decode.c; ``store``: kv_store.c (build.py loads both)."""
         self._kernel = library.paged_decode_attention
+        self._store_kv = store.store_kv
         self._torch = TorchAttentionBackend()  # the reference, for what the kernels skip
 
     def build_metadata(self, layout: PagedLayout, device: torch.device) -> CpuAttentionMetadata:
@@ -86,7 +89,48 @@ class CpuAttentionBackend:
     def write_kv(
         self, key: torch.Tensor, value: torch.Tensor, cache: KVCache, slot_mapping: torch.Tensor
     ) -> None:
-        self._torch.write_kv(key, value, cache, slot_mapping)
+        """Store key/value (T, Hkv, D) at their flat cache slots (kv_store.c; the torch path
+        for tensors it does not take)."""
+        key_cache, value_cache = cache
+        pool = key_cache.dtype
+        if (
+            key.dtype not in _DTYPE_CODES
+            or key.dtype == FP8_KV_DTYPE
+            or value.dtype != key.dtype
+            or (pool != key.dtype and pool != FP8_KV_DTYPE)
+            or not _rows_of_heads(key)
+            or not _rows_of_heads(value)
+            or key.shape[1:] != key_cache.shape[2:]
+            or value.shape != key.shape
+            or not (key_cache.is_contiguous() and value_cache.is_contiguous())
+            or slot_mapping.dtype != torch.int64
+            or not slot_mapping.is_contiguous()
+            or slot_mapping.shape != key.shape[:1]
+            or key.device.type != "cpu"
+        ):
+            self._torch.write_kv(key, value, cache, slot_mapping)
+            return
+        k_scale, v_scale = kv_scales(cache)
+        width = key.shape[1] * key.shape[2]
+        status = self._store_kv(
+            key.data_ptr(),
+            key.stride(0),
+            value.data_ptr(),
+            value.stride(0),
+            _DTYPE_CODES[key.dtype],
+            key_cache.data_ptr(),
+            value_cache.data_ptr(),
+            _DTYPE_CODES[pool],
+            slot_mapping.data_ptr(),
+            key.shape[0],
+            width,
+            key_cache.shape[0] * key_cache.shape[1],
+            k_scale,
+            v_scale,
+            threads_for(2 * key.shape[0] * width),
+        )
+        if status != 0:
+            raise IndexError(f"KV cache write failed with status {status} (a slot past the pool)")
 
     def forward(
         self, query: torch.Tensor, cache: KVCache, meta: CpuAttentionMetadata, scale: float
@@ -161,7 +205,7 @@ class CpuAttentionBackend:
             skip,
             0 if prior is None else prior.data_ptr(),
             0 if prior_lse is None else prior_lse.data_ptr(),
-            torch.get_num_threads(),
+            min(torch.get_num_threads(), lens.shape[0]),  # a sequence is a work item
         )
         if status != 0:
             raise RuntimeError(f"CPU paged-attention kernel failed with status {status}")
@@ -177,6 +221,8 @@ class CpuAttentionBackend:
     ) -> None:
         """Chunks that are all of their context past the shared blocks go through the
         cascade; any other chunk through the torch path."""
+        if not seqs:  # a pure decode step: every layer comes here
+            return
         block_size = cache[0].shape[1]
         base = meta.base
         shared = meta.prefill_shared_blocks

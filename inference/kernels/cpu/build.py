@@ -52,6 +52,8 @@ FLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp", "-fPIC", "-std=gnu11
 LINK_FLAGS = ("-shared", "-fopenmp")
 SOURCE_FLAGS = {
     "paged_decode": (),
+    # Divides and checks for NaN exactly as the torch path (kv_cache.py) does.
+    "kv_store": ("-fno-fast-math",),
     "layers": ("-ffp-contract=off", "-mprefer-vector-width=512"),
     "fp8_linear": (),
     "quant_linear": (),
@@ -70,8 +72,16 @@ SIGNATURES: dict[str, dict[str, list[type[Any]]]] = {
             *(_i64, _p, _p, _i32),  # skip, prior, prior_lse, threads
         ],
     },
+    "kv_store": {
+        "store_kv": [
+            *(_p, _i64, _p, _i64, _i32),  # key, its stride, value, its stride, dtype
+            *(_p, _p, _i32, _p, _i64, _i32, _i64),  # pools, dtype, slots, T, width, pool slots
+            *(_f32, _f32, _i32),  # k_scale, v_scale, threads
+        ],
+    },
     "layers": {
         "rms_norm": [_p, _i64, _p, _p, _i64, _i32, _f32, _i32, _i32],
+        "add_rms_norm": [_p, _i64, _p, _p, _p, _i64, _i32, _f32, _i32, _i32],
         "silu_and_mul": [_p, _i64, _p, _i64, _i32, _i32, _i32],
         "rotary": [_p, _i64, _p, _p, _p, _i64, _i32, _i32, _i32, _i32],
         "fp8_dequantize": [_p, _p, _i64, _i32, _i32, _i32, _p, _i32, _i32],
@@ -284,3 +294,7 @@ def _processor_identity() -> str:
 
 def load_paged_decode(extra_flags: tuple[str, ...] = ()) -> ctypes.CDLL:
     return load_library("paged_decode", extra_flags)
+
+
+def load_kv_store(extra_flags: tuple[str, ...] = ()) -> ctypes.CDLL:
+    return load_library("kv_store", extra_flags)

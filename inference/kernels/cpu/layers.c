@@ -1,10 +1,11 @@
-/* The decoder's elementwise layers fused for the CPU: RMSNorm, SiLU-and-multiply and the
- * rotary embedding, each one pass over its rows instead of several torch ops.
+/* The decoder's elementwise layers fused for the CPU: RMSNorm (alone or after the residual
+ * add), SiLU-and-multiply and the rotary embedding, each one pass over its rows instead of
+ * several torch ops.
  *
  * Each rounds where the torch reference (inference/model/layers/) rounds, so bfloat16
- * results match it: RMSNorm normalises in float32, rounds to the model dtype, then
- * multiplies by the weight; SiLU rounds before the multiply; rotary rounds each product and
- * then their sum. Rows may be strided (a view of a fused projection); the last dimension is
+ * results match it: the residual add rounds its sum; RMSNorm normalises in float32,
+ * rounds to the model dtype, then multiplies by the weight; SiLU rounds before the
+ * multiply; rotary rounds each product and then their sum. Rows may be strided (a view of a fused projection); the last dimension is
  * contiguous. dtype: 0 float32, 1 bfloat16. Rows are widened into float32 buffers first, so
  * the arithmetic loops are plain float loops the compiler vectorises. Built by build.py.
  */
@@ -54,6 +55,17 @@ static void narrow(const float *src, void *base, int64_t at, int dtype, int n) {
     }
 }
 
+/* row (n floats, already in `dtype`'s values) -> weight * dtype(row * rsqrt(mean(row^2) +
+ * eps)), in place. w: the weight, widened. */
+static void normalize_row(float *row, const float *w, int n, float eps, int dtype) {
+    float sum = 0.0f;
+    for (int i = 0; i < n; ++i) sum += row[i] * row[i];
+    const float scale = 1.0f / sqrtf(sum / (float)n + eps);
+    for (int i = 0; i < n; ++i) row[i] *= scale;
+    round_to(row, dtype, n);
+    for (int i = 0; i < n; ++i) row[i] *= w[i];
+}
+
 /* out[r] = weight * dtype(x[r] * rsqrt(mean(x[r]^2) + eps)), out contiguous (rows, n). */
 void rms_norm(const void *x, int64_t x_stride, const void *weight, void *out, int64_t rows,
               int n, float eps, int dtype, int num_threads) {
@@ -65,16 +77,39 @@ void rms_norm(const void *x, int64_t x_stride, const void *weight, void *out, in
         for (int64_t r = 0; r < rows; ++r) {
             if (!row || !w) continue;
             widen(x, r * x_stride, dtype, n, row);
-            float sum = 0.0f;
-            for (int i = 0; i < n; ++i) sum += row[i] * row[i];
-            const float scale = 1.0f / sqrtf(sum / (float)n + eps);
-            for (int i = 0; i < n; ++i) row[i] *= scale;
-            round_to(row, dtype, n);
-            for (int i = 0; i < n; ++i) row[i] *= w[i];
+            normalize_row(row, w, n, eps, dtype);
             narrow(row, out, r * (int64_t)n, dtype, n);
         }
         free(row);
         free(w);
+    }
+}
+
+/* The residual add before a norm, fused: residual[r] = dtype(x[r] + residual[r]) (in
+ * place, as torch's add rounds it), then out[r] = rms_norm(residual[r]) as above. x
+ * (rows, n) rows `x_stride` apart; residual and out contiguous (rows, n). */
+void add_rms_norm(const void *x, int64_t x_stride, void *residual, const void *weight,
+                  void *out, int64_t rows, int n, float eps, int dtype, int num_threads) {
+#pragma omp parallel num_threads(num_threads)
+    {
+        float *row = malloc(sizeof(float) * (size_t)n), *w = malloc(sizeof(float) * (size_t)n);
+        float *res = malloc(sizeof(float) * (size_t)n);
+        if (row && w && res) widen(weight, 0, dtype, n, w);
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < rows; ++r) {
+            if (!row || !w || !res) continue;
+            const int64_t at = r * (int64_t)n;
+            widen(x, r * x_stride, dtype, n, row);
+            widen(residual, at, dtype, n, res);
+            for (int i = 0; i < n; ++i) row[i] += res[i];
+            round_to(row, dtype, n);
+            narrow(row, residual, at, dtype, n);
+            normalize_row(row, w, n, eps, dtype);
+            narrow(row, out, at, dtype, n);
+        }
+        free(row);
+        free(w);
+        free(res);
     }
 }
 

@@ -20,6 +20,7 @@ import torch
 from inference.kernels.cpu.build import KernelBuildError, load_library
 from inference.kernels.cpu.fp8_linear import Fp8LinearKernel, load_fp8_linear
 from inference.kernels.cpu.quant_linear import QuantLinearKernel, load_quant_linear
+from inference.kernels.cpu.threads import threads_for
 
 log = logging.getLogger("inference.kernels")
 
@@ -75,9 +76,33 @@ class CpuLayerKernels:
             x.shape[1],
             eps,
             _DTYPE_CODES[x.dtype],
-            torch.get_num_threads(),
+            threads_for(x.numel()),
         )
         return out
+
+    def add_rms_norm(
+        self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """x (T, n), rows possibly strided, added into ``residual`` (T, n) contiguous, in
+        place; returns (the sum's norm (T, n), residual)."""
+        if x.dim() != 2 or residual.shape != x.shape or not residual.is_contiguous():
+            raise ValueError("add_rms_norm takes (T, n) rows and a contiguous residual of them")
+        if not weight.is_contiguous():
+            raise ValueError("add_rms_norm takes a contiguous weight")
+        out = torch.empty(x.shape, dtype=x.dtype)
+        self._lib.add_rms_norm(
+            x.data_ptr(),
+            x.stride(0),
+            residual.data_ptr(),
+            weight.data_ptr(),
+            out.data_ptr(),
+            x.shape[0],
+            x.shape[1],
+            eps,
+            _DTYPE_CODES[x.dtype],
+            threads_for(x.numel()),
+        )
+        return out, residual
 
     def silu_and_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
         """(T, 2n) holding [gate | up] -> (T, n)."""
@@ -92,7 +117,7 @@ class CpuLayerKernels:
             gate_up.shape[0],
             n,
             _DTYPE_CODES[gate_up.dtype],
-            torch.get_num_threads(),
+            threads_for(gate_up.numel()),
         )
         return out
 
@@ -114,7 +139,7 @@ class CpuLayerKernels:
             heads,
             dim,
             _DTYPE_CODES[x.dtype],
-            torch.get_num_threads(),
+            threads_for(x.numel()),
         )
         return out
 

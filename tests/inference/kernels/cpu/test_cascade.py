@@ -11,7 +11,7 @@ from inference.kernels.cpu.backend import (
     CpuAttentionBackend,
     build_cpu_metadata,
 )
-from inference.kernels.cpu.build import load_paged_decode
+from inference.kernels.cpu.build import load_kv_store, load_paged_decode
 from inference.kernels.cpu.cascade import fold
 from inference.kernels.kv_cache import FP8_KV_DTYPE
 
@@ -43,7 +43,7 @@ def test_chunks_after_a_shared_prefix_match_the_torch_path(group: int, pool: str
     assert CASCADE_MIN_TOKENS <= 5 * 16  # the cascade really runs
     scale = 64**-0.5
     expected = case.attend(TorchAttentionBackend(), scale)
-    actual = case.attend(CpuAttentionBackend(load_paged_decode()), scale)
+    actual = case.attend(CpuAttentionBackend(load_paged_decode(), load_kv_store()), scale)
     if pool == "f32":
         torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
     else:
@@ -63,7 +63,7 @@ def test_chunks_sharing_nothing_take_the_torch_path() -> None:
     assert build_cpu_metadata(case.layout, CPU).prefill_shared_blocks == 0
     scale = 0.25
     expected = case.attend(TorchAttentionBackend(), scale)
-    actual = case.attend(CpuAttentionBackend(load_paged_decode()), scale)
+    actual = case.attend(CpuAttentionBackend(load_paged_decode(), load_kv_store()), scale)
     assert torch.equal(actual, expected)
 
 

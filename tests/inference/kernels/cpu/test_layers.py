@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from inference.kernels.cpu.layers import CpuLayerKernels, load_layer_kernels
+from inference.kernels.cpu.threads import SINGLE_THREAD_ELEMENTS
 from inference.model.layers.activation import silu_and_mul
 from inference.model.layers.norm import RMSNorm
 from inference.model.layers.rotary import RotaryEmbedding, apply_rotary
@@ -51,6 +52,37 @@ def test_rms_norm(dtype: str, build: str) -> None:
     norm.kernels = kernels(build)
     assert_matches(norm(x), expected)
     assert_matches(norm(x.contiguous()), expected)
+
+
+@pytest.mark.parametrize("build", BUILDS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_add_rms_norm_is_the_add_then_the_norm(dtype: str, build: str) -> None:
+    """The fused residual add gives torch's sum bit for bit, in place, and its norm is the
+    unfused kernel's on that sum bit for bit (the same float order)."""
+    gen = torch.Generator().manual_seed(5)
+    norm = RMSNorm(96, 1e-5, DTYPES[dtype], torch.device("cpu"))
+    norm.weight.data.copy_(torch.randn(96, generator=gen))
+    x = (3 * torch.randn(50, 160, generator=gen)).to(DTYPES[dtype])[:, 32:128]  # strided rows
+    residual = (3 * torch.randn(50, 96, generator=gen)).to(DTYPES[dtype])
+    expected_sum = residual + x
+    by_torch = norm(expected_sum)
+    norm.kernels = kernels(build)
+    unfused = norm(expected_sum)
+    normed, summed = norm.add_forward(x, residual)
+    assert summed.data_ptr() == residual.data_ptr()
+    assert torch.equal(summed, expected_sum)
+    assert torch.equal(normed, unfused)
+    assert_matches(normed, by_torch)
+
+
+def test_add_rms_norm_without_the_kernel_is_torchs_add_then_norm() -> None:
+    gen = torch.Generator().manual_seed(6)
+    norm = RMSNorm(32, 1e-6, torch.bfloat16, torch.device("cpu"))
+    x, residual = torch.randn(2, 3, 4, 32, generator=gen).bfloat16()  # 3-D: the torch code
+    norm.kernels = kernels("native")
+    normed, summed = norm.add_forward(x, residual)
+    assert torch.equal(summed, residual + x)
+    assert torch.equal(normed, RMSNorm(32, 1e-6, torch.bfloat16, torch.device("cpu"))(summed))
 
 
 @pytest.mark.parametrize("build", BUILDS)
@@ -124,3 +156,27 @@ def test_fp8_layers_dequantize_through_the_kernels(tmp_path: Path) -> None:
     assert fp8_layers and all(m.kernels is not None for m in fp8_layers)
     actual = PagedDriver(model, num_blocks=8).step({0: tokens.tolist()})
     torch.testing.assert_close(actual, expected, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_many_rows_on_all_threads_give_what_each_row_alone_gives(dtype: str) -> None:
+    """Past `SINGLE_THREAD_ELEMENTS` the kernels run on every thread, below it on one: each
+    row comes out the same either way."""
+    fast, dt = kernels("native"), DTYPES[dtype]
+    gen = torch.Generator().manual_seed(7)
+    rows, n = 2 * SINGLE_THREAD_ELEMENTS // 96, 96
+    x = (3 * torch.randn(rows, n, generator=gen)).to(dt)
+    residual = (3 * torch.randn(rows, n, generator=gen)).to(dt)
+    weight = torch.randn(n, generator=gen).to(dt)
+    cos, sin = RotaryEmbedding(32, 1e4, None, torch.device("cpu")).cos_sin(torch.arange(rows), dt)
+    normed = fast.rms_norm(x, weight, 1e-5)
+    added, summed = fast.add_rms_norm(x, residual.clone(), weight, 1e-5)
+    silu = fast.silu_and_mul(torch.cat([x, residual], dim=1))
+    rotated = fast.rotary(x.view(rows, 3, 32), cos, sin)
+    for r in (0, rows // 2, rows - 1):
+        one = slice(r, r + 1)
+        assert torch.equal(normed[one], fast.rms_norm(x[one], weight, 1e-5))
+        alone = fast.add_rms_norm(x[one], residual[one].clone(), weight, 1e-5)
+        assert torch.equal(added[one], alone[0]) and torch.equal(summed[one], alone[1])
+        assert torch.equal(silu[one], fast.silu_and_mul(torch.cat([x[one], residual[one]], 1)))
+        assert torch.equal(rotated[one], fast.rotary(x[one].view(1, 3, 32), cos[one], sin[one]))

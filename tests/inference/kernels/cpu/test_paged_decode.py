@@ -17,7 +17,7 @@ from inference.kernels.cpu.backend import (
     CpuAttentionBackend,
     build_cpu_metadata,
 )
-from inference.kernels.cpu.build import load_paged_decode
+from inference.kernels.cpu.build import load_kv_store, load_paged_decode
 from inference.kernels.kv_cache import FP8_KV_DTYPE
 
 from ..paged_case import assert_close_bf16, make_case
@@ -28,7 +28,7 @@ BUILDS = {"native": (), "portable": ("-mno-avx512f",)}
 
 
 def backend(build: str) -> CpuAttentionBackend:
-    return CpuAttentionBackend(load_paged_decode(BUILDS[build]))
+    return CpuAttentionBackend(load_paged_decode(BUILDS[build]), load_kv_store(BUILDS[build]))
 
 
 def decode_contexts(block_size: int) -> list[tuple[int, int]]:
