@@ -13,6 +13,9 @@ layout, so no code is rewritten:
 Every offset is exact in float16 (a power of two times d), and ``scale * code + offset``
 in float32 gives each value exactly as gguf's own dequantizing does. The K-quants (Q4_K,
 Q5_K, Q6_K) are repacked, close but not bit-exact: gguf_kquant.py.
+
+Every conversion is row-local, so a loader hands a layer `lazy_group_quantized`: the
+tensor converted a chunk of rows at a time as the layer copies it from the file's map.
 """
 
 from __future__ import annotations

@@ -26,7 +26,9 @@ def test_load_memory_writes_first_and_warm_loads(tmp_path: Path) -> None:
     assert result["largest_gguf_tensor_mb"] == round(largest / 1e6, 3)
     assert list(result["rows"]) == ROWS
     for name, row in result["rows"].items():
-        assert row["weights"] > 0 and row["peak"] >= 0 and row["warm_peak"] >= 0, name
+        # (A tiny model's warm peak can read a few kB under zero: the load trims pages
+        # freed before it started.)
+        assert row["weights"] > 0 and row["peak"] > row["warm_peak"], name
         assert abs(row["first_extra_mb"] - (row["peak"] - row["held"])) <= 0.002, name
         assert abs(row["warm_extra_mb"] - (row["warm_peak"] - row["warm_held"])) <= 0.002, name
     rows = result["rows"]
