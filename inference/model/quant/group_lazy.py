@@ -84,11 +84,15 @@ class LazyGroupQuantized:
                 self.release_rows(start, stop)
 
     def fill(self, target: GroupQuantized) -> None:
-        """Copy every row into ``target`` (the same shape and format), chunk by chunk."""
+        """Copy every row into ``target`` (the same shape and format), chunk by chunk; the
+        chunks are read on the CPU, the target may be on another device."""
+        device = target.codes.device
         for where, part in self.chunks():
-            target.codes[where] = part.codes
-            target.scale[where] = part.scale
-            target.offset[where] = part.offset
+            if isinstance(where, torch.Tensor):
+                where = where.to(device)
+            target.codes[where] = part.codes.to(device)
+            target.scale[where] = part.scale.to(device)
+            target.offset[where] = part.offset.to(device)
 
     def materialize(self) -> GroupQuantized:
         """The whole weight in memory (what a reader that is not lazy gives)."""
