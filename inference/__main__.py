@@ -39,6 +39,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     add_profile(which.add_parser("profile", help="where a step's time goes, beside the bound"))
 
+    from inference.bench.load_memory import add_arguments as add_load_memory
+
+    add_load_memory(
+        which.add_parser("load-memory", help="a GGUF load's peak memory over the model it holds")
+    )
     from inference.bench.startup import add_arguments as add_startup
 
     add_startup(which.add_parser("startup", help="a worker's start-up time, phase by phase"))

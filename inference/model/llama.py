@@ -32,8 +32,8 @@ from inference.model.layers.norm import RMSNorm
 from inference.model.layers.rotary import RotaryEmbedding, apply_rotary
 from inference.model.quant.fp8 import Fp8Linear
 from inference.model.quant.fp8_embedding import Fp8Embedding
+from inference.model.quant.group_lazy import AnyGroupQuantized
 from inference.model.quant.group_linear import GroupQuantWeights
-from inference.model.quant.group_math import GroupQuantized
 from inference.model.weights import load_named_weights
 
 PREPACK_THREADS = 4  # at most, for prepacking the linear weights at start-up
@@ -265,6 +265,6 @@ class LlamaForCausalLM(nn.Module):
             return len(layers) + 1
         return len(layers)
 
-    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor | GroupQuantized]]) -> None:
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor | AnyGroupQuantized]]) -> None:
         """Load Hugging Face-named tensors; raise ValueError on missing/unexpected/bad shape."""
         load_named_weights(self, weights, tied=self.config.tie_word_embeddings)

@@ -10,12 +10,13 @@ from torch import nn
 from inference.model.layers.linear import FusedLinear
 from inference.model.quant.fp8 import Fp8Linear
 from inference.model.quant.fp8_embedding import Fp8Embedding
+from inference.model.quant.group_lazy import AnyGroupQuantized, LazyGroupQuantized
 from inference.model.quant.group_linear import GroupQuantEmbedding, GroupQuantLinear
 from inference.model.quant.group_math import GroupQuantized, dequantize
 
 # Layers whose rows are filled shard by shard through `load_shard`.
 SHARDED_LINEARS = (FusedLinear, Fp8Linear, GroupQuantLinear)
-# Layers that take `GroupQuantized` tensors (through `load_shard`).
+# Layers that take `GroupQuantized` (or lazy) tensors (through `load_shard`).
 QUANTIZED_LAYERS = (GroupQuantLinear, GroupQuantEmbedding)
 # Other layers whose tensors go through their `load_shard` (which may quantize them).
 LOADING_LAYERS = (*SHARDED_LINEARS, Fp8Embedding)
@@ -69,7 +70,7 @@ def _expected(model: nn.Module) -> dict[tuple[str, int], str]:
 
 
 def load_named_weights(
-    model: nn.Module, weights: Iterable[tuple[str, torch.Tensor | GroupQuantized]], *, tied: bool
+    model: nn.Module, weights: Iterable[tuple[str, torch.Tensor | AnyGroupQuantized]], *, tied: bool
 ) -> None:
     expected = _expected(model)
     modules = dict(model.named_modules())
@@ -84,17 +85,20 @@ def load_named_weights(
             raise ValueError(f"tensor {name} appears twice in checkpoint")
         module_name, _, param_name = target.rpartition(".")
         module = modules[module_name]
+        quantized = isinstance(tensor, GroupQuantized | LazyGroupQuantized)
         if isinstance(module, QUANTIZED_LAYERS) or (
-            isinstance(tensor, GroupQuantized) and isinstance(module, QUANTIZING_LAYERS)
+            quantized and isinstance(module, QUANTIZING_LAYERS)
         ):
-            if isinstance(tensor, GroupQuantized):
+            if not isinstance(tensor, torch.Tensor):
                 tensor.check(name)
             module.load_shard(param_name, shard, tensor, name)
             loaded.add((target, shard))
             continue
-        if isinstance(tensor, GroupQuantized):  # a layer kept in floats (its shards differ)
+        if not isinstance(tensor, torch.Tensor):  # a layer kept in floats (its shards differ)
             tensor.check(name)
-            tensor = dequantize(tensor)
+            tensor = dequantize(
+                tensor.materialize() if isinstance(tensor, LazyGroupQuantized) else tensor
+            )
         with torch.no_grad():
             if isinstance(module, LOADING_LAYERS):
                 module.load_shard(param_name, shard, tensor, name)

@@ -17,7 +17,7 @@ from inference.model.loader.safetensors import read_header
 from inference.model.quant import QUANTIZATIONS
 from inference.model.quant.apply import prepare_fp8_at_load
 from inference.model.quant.checkpoint import Fp8Checkpoint, inspect_fp8_checkpoint
-from inference.model.quant.group_math import GroupQuantized
+from inference.model.quant.group_lazy import AnyGroupQuantized
 from inference.model.quant.packed_checkpoint import (
     PACKED_METHODS,
     PackedCheckpoint,
@@ -88,7 +88,7 @@ def load_model(
         raise ValueError(f"unknown quantization {quantization!r}; use {', '.join(QUANTIZATIONS)}")
     path = Path(path)
     device = torch.device(device)
-    tensors: Iterable[tuple[str, torch.Tensor | GroupQuantized]]
+    tensors: Iterable[tuple[str, torch.Tensor | AnyGroupQuantized]]
     fp8: Fp8Checkpoint | None = None
     packed: PackedCheckpoint | None = None
     if quantization in PACKED_METHODS and (gguf is not None or path.suffix == ".gguf"):
@@ -160,11 +160,11 @@ def load_model(
 
 
 def _with_progress(
-    tensors: Iterable[tuple[str, torch.Tensor | GroupQuantized]],
+    tensors: Iterable[tuple[str, torch.Tensor | AnyGroupQuantized]],
     total: int | None,
     label: str,
     enabled: bool,
-) -> Iterator[tuple[str, torch.Tensor | GroupQuantized]]:
+) -> Iterator[tuple[str, torch.Tensor | AnyGroupQuantized]]:
     bar = tqdm(total=total, desc=f"loading {label}", unit="tensor", disable=not enabled)
     with bar:
         for item in tensors:

@@ -15,12 +15,12 @@ from typing import Any
 
 import numpy as np
 import torch
-from gguf import GGMLQuantizationType, GGUFReader, ReaderField, ReaderTensor
+from gguf import GGMLQuantizationType, GGUFReader, ReaderField
 from tokenizers import Tokenizer
 
 from inference.model.loader.gguf_tensors import plan_tensors
 from inference.model.loader.gguf_tokenizer import build_tokenizer, build_tokenizer_config
-from inference.model.quant.group_math import GroupQuantized
+from inference.model.quant.group_lazy import LazyGroupQuantized
 
 # general.architecture -> HF architecture name, and whether llama.cpp permuted Q/K rows.
 ARCHITECTURES = {
@@ -35,7 +35,7 @@ class GGUFCheckpoint:
     """A GGUF file's contents in Hugging Face shape (see `read_gguf`)."""
 
     hf_config: dict[str, Any]
-    tensors: Iterator[tuple[str, torch.Tensor | GroupQuantized]]
+    tensors: Iterator[tuple[str, torch.Tensor | LazyGroupQuantized]]
     num_tensors: int
     tokenizer: Tokenizer
     tokenizer_config: dict[str, Any]
@@ -71,17 +71,16 @@ class PlainArrayReader(GGUFReader):
         self._plain = value.view(np.ndarray)
         self._mapping: mmap.mmap | None = getattr(value, "_mmap", None)
 
-    def drop_pages(self, tensor: ReaderTensor) -> None:
-        """Let go of the pages a read tensor's bytes were mapped into. They are clean file
-        pages, yet counted in the process's memory while mapped: without this a load
-        holds the whole file beside the model until the last tensor (98 MB for the demo
-        model). Reading them again faults them back in, so dropping a neighbour's page
-        too is harmless."""
-        if self._mapping is None or tensor.n_bytes == 0:
+    def drop_pages(self, offset: int, length: int) -> None:
+        """Let go of the pages the file's bytes [offset, offset + length) are mapped into,
+        once read. They are clean file pages, yet counted in the process's memory while
+        mapped: without this a load holds the whole file beside the model until the last
+        tensor (98 MB for the demo model). Reading them again faults them back in, so
+        dropping a neighbour's page too is harmless."""
+        if self._mapping is None or length <= 0:
             return
-        start = tensor.data_offset - tensor.data_offset % mmap.PAGESIZE
-        end = tensor.data_offset + tensor.n_bytes
-        self._mapping.madvise(mmap.MADV_DONTNEED, start, end - start)
+        start = offset - offset % mmap.PAGESIZE
+        self._mapping.madvise(mmap.MADV_DONTNEED, start, offset + length - start)
 
 
 def _open_reader(path: Path) -> GGUFReader:
@@ -188,8 +187,9 @@ def read_gguf(path: str | Path, *, keep_quantized: bool = False) -> GGUFCheckpoi
     """Open a .gguf file; ValueError if it is not a complete GGUF of a model we can run.
 
     ``keep_quantized``: its quantized matrices (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 as they are,
-    the K-quants repacked: gguf_quant.py) are handed over as `GroupQuantized`, listed in
-    ``kept``, not dequantized.
+    the K-quants repacked: gguf_quant.py) are handed over as `LazyGroupQuantized`, listed
+    in ``kept``, not dequantized: each is read from the file's map as its layer copies it,
+    a chunk of rows at a time.
     """
     path = Path(path)
     reader = _open_reader(path)

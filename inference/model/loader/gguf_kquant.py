@@ -3,7 +3,7 @@
 A K-quant super-block holds 256 values of one row under a float16 ``d`` (and ``dmin``),
 with a small integer scale per sub-block. Our layout has one float16 scale and offset per
 32 columns, so each tensor is rewritten once, as it is read (a few uint8 arrays the size
-of its codes, never a float copy of the model):
+of a chunk of its codes, never a float copy of the model):
 
 - Q4_K, 8 sub-blocks of 32, ``w = d*sc*q - dmin*m`` with 6-bit sc, m and 4-bit q: 4-bit
   codes q (their nibbles reordered into our block), scale d*sc, offset -dmin*m;
@@ -14,7 +14,10 @@ of its codes, never a float copy of the model):
   4*(q - 32) + 128, exact but for S's rounding; the other's land within S/2 (an eighth of
   the larger step). Min/max codes over the 32 values (`quantize_groups`) have the same
   worst case but leave no value exact: on real Q6_K tensors their RMS error was 17%
-  larger (docs/engine.md). Q6_K builds a float32 copy of one tensor while it repacks.
+  larger (docs/engine.md). Q6_K builds a float32 copy of the rows it repacks.
+
+A tensor is repacked a chunk of rows at a time as its layer copies it
+(`gguf_quant.lazy_group_quantized`), so these copies are a chunk's, not a tensor's.
 
 d*sc and dmin*m (and S) are rounded to float16: Q4_K and Q5_K values are within
 2**-11 * (|d*sc*q| + |dmin*m|) of gguf's own dequantizing, not bit-exact.
@@ -161,14 +164,16 @@ def _repack_q6_k(raw: np.ndarray, cols: int, name: str) -> GroupQuantized:
     )
 
 
-def repack_k_quant(tensor: ReaderTensor) -> GroupQuantized:
-    """A Q4_K/Q5_K/Q6_K matrix in our layout (group 32); ValueError for a bad size."""
-    qtype = GGMLQuantizationType(tensor.tensor_type)
-    bits, block_bytes = K_TYPES[qtype]
-    raw, cols = super_blocks(tensor, block_bytes)
+def repack_k_rows(
+    raw: np.ndarray, *, qtype: GGMLQuantizationType, cols: int, name: str
+) -> GroupQuantized:
+    """Some rows of a Q4_K/Q5_K/Q6_K matrix, their super-blocks (rows, n, bytes) as
+    `super_blocks` views them, in our layout (group 32). Every step is row-local, so a
+    tensor repacked a chunk of rows at a time is the tensor repacked whole."""
+    bits = K_TYPES[qtype][0]
     if qtype == GGMLQuantizationType.Q6_K:
-        return _repack_q6_k(raw, cols, tensor.name)
-    scale, offset = _scale_offset(raw, tensor.name)
+        return _repack_q6_k(raw, cols, name)
+    scale, offset = _scale_offset(raw, name)
     if qtype == GGMLQuantizationType.Q4_K:
         codes = _nibble_codes(raw[..., 16:144])
     else:

@@ -13,15 +13,22 @@ layout, so no code is rewritten:
 Every offset is exact in float16 (a power of two times d), and ``scale * code + offset``
 in float32 gives each value exactly as gguf's own dequantizing does. The K-quants (Q4_K,
 Q5_K, Q6_K) are repacked, close but not bit-exact: gguf_kquant.py.
+
+Every conversion is row-local, so a loader hands a layer `lazy_group_quantized`: the
+tensor converted a chunk of rows at a time as the layer copies it from the file's map.
 """
 
 from __future__ import annotations
+
+import functools
+from collections.abc import Callable
 
 import numpy as np
 import torch
 from gguf import GGMLQuantizationType, ReaderTensor
 
-from inference.model.loader.gguf_kquant import K_TYPES, repack_k_quant
+from inference.model.loader.gguf_kquant import K_TYPES, repack_k_rows, super_blocks
+from inference.model.quant.group_lazy import LazyGroupQuantized
 from inference.model.quant.group_math import BLOCK, GroupQuantized
 
 Q = GGMLQuantizationType
@@ -54,24 +61,62 @@ def _fifth_bits(raw: np.ndarray, at: int) -> np.ndarray:
     return mask << 4
 
 
-def group_quantized(tensor: ReaderTensor) -> GroupQuantized:
-    """The tensor in our layout; ValueError for another type or a bad size."""
+def lazy_group_quantized(
+    tensor: ReaderTensor, release: Callable[[int, int], None] | None = None
+) -> LazyGroupQuantized:
+    """The tensor in our layout, read from the file's map a chunk of rows at a time;
+    ValueError (now, before any is read) for another type or a bad size. ``release(start,
+    length)``: lets go of the file's bytes there once a chunk of them is copied."""
     qtype = GGMLQuantizationType(tensor.tensor_type)
-    if kept_format(tensor) is None:
+    kept = kept_format(tensor)
+    if kept is None:
         raise ValueError(f"GGUF tensor {tensor.name!r} ({qtype.name}) is not kept quantized")
     if qtype in K_TYPES:
-        return repack_k_quant(tensor)
-    bits, block_bytes, has_min = BLOCK_TYPES[qtype]
-    cols, rows = (int(dim) for dim in tensor.shape.tolist())  # GGUF lists the fastest first
+        raw, cols = super_blocks(tensor, K_TYPES[qtype][1])
+        convert = functools.partial(repack_k_rows, qtype=qtype, cols=cols, name=tensor.name)
+    else:
+        cols = int(tensor.shape[0])  # GGUF lists the fastest first
+        raw = _blocks(tensor, cols)
+        convert = functools.partial(_block_rows, qtype=qtype, cols=cols)
+    row_bytes = raw.shape[1] * raw.shape[2]
+    drop = None
+    if release is not None:
+        offset = tensor.data_offset
+
+        def drop(start: int, stop: int) -> None:
+            release(offset + start * row_bytes, (stop - start) * row_bytes)
+
+    return LazyGroupQuantized(
+        rows=raw.shape[0], cols=cols, bits=kept[0], group_size=kept[1], row_bytes=row_bytes,
+        read_rows=lambda start, stop: convert(raw[start:stop]), release_rows=drop,
+    )  # fmt: skip
+
+
+def group_quantized(tensor: ReaderTensor) -> GroupQuantized:
+    """The whole tensor in our layout; ValueError for another type or a bad size."""
+    return lazy_group_quantized(tensor).materialize()
+
+
+def _blocks(tensor: ReaderTensor, cols: int) -> np.ndarray:
+    """The tensor's bytes as (rows, blocks a row, bytes a block): a view of the map."""
+    qtype = GGMLQuantizationType(tensor.tensor_type)
+    block_bytes = BLOCK_TYPES[qtype][1]
     if cols % BLOCK:
         raise ValueError(f"GGUF tensor {tensor.name!r} has {cols} columns, not whole blocks")
+    rows = int(tensor.shape[1])
     data = np.asarray(tensor.data).view(np.uint8).reshape(-1)
     blocks = rows * (cols // BLOCK)
     if data.size != blocks * block_bytes:
         raise ValueError(
             f"GGUF tensor {tensor.name!r} holds {data.size} bytes, not {blocks} blocks"
         )
-    raw = data.reshape(rows, cols // BLOCK, block_bytes)
+    return data.reshape(rows, cols // BLOCK, block_bytes)
+
+
+def _block_rows(raw: np.ndarray, *, qtype: GGMLQuantizationType, cols: int) -> GroupQuantized:
+    """Some rows' blocks (rows, blocks, bytes), read from the map, as our layout."""
+    bits, _, has_min = BLOCK_TYPES[qtype]
+    rows = raw.shape[0]
     # np.array copies (always): every array below is the process's own, out of the map.
     scale = np.array(raw[:, :, 0:2]).view(np.float16).reshape(rows, -1)
     header = 4 if has_min else 2
@@ -88,7 +133,6 @@ def group_quantized(tensor: ReaderTensor) -> GroupQuantized:
         offset = scale * np.float16(-128)
     else:
         offset = scale * np.float16(-8 if qtype == Q.Q4_0 else -16)
-    # No further copies: they would double the largest tensor's bytes at the load's peak.
     return GroupQuantized(
         torch.from_numpy(codes),
         torch.from_numpy(scale),

@@ -1,5 +1,6 @@
 """GGUF tensors as Hugging Face tensors: llama.cpp names mapped back, dequantized to float32
-(or, asked to keep them quantized, their quantized matrices as `GroupQuantized`).
+(or, asked to keep them quantized, their quantized matrices as `LazyGroupQuantized`: read
+from the file's map a chunk of rows at a time as their layer copies them).
 
 llama.cpp's converter permutes the Q and K projection rows of Llama checkpoints so that its
 rotary kernel can rotate adjacent pairs; Hugging Face rotates the two halves of each head.
@@ -16,8 +17,8 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, ReaderTensor
 from gguf.quants import dequantize
 
 from inference.model.loader.gguf_kquant import K_TYPES
-from inference.model.loader.gguf_quant import group_quantized, kept_format
-from inference.model.quant.group_math import GroupQuantized
+from inference.model.loader.gguf_quant import kept_format, lazy_group_quantized
+from inference.model.quant.group_lazy import LazyGroupQuantized
 
 SUPPORTED_TENSOR_TYPES = frozenset(
     {
@@ -100,17 +101,17 @@ def dequantize_tensor(tensor: ReaderTensor) -> np.ndarray:
     return np.ascontiguousarray(values, dtype=np.float32).reshape(shape)
 
 
-def rotary_row_order(rows: int, num_heads: int) -> torch.Tensor:
-    """The row indices `unpermute_rotary_rows` moves each row from."""
-    order = unpermute_rotary_rows(np.arange(rows).reshape(rows, 1), num_heads)
-    return torch.from_numpy(np.ascontiguousarray(order[:, 0]))
+def rotary_destinations(rows: int, num_heads: int) -> torch.Tensor:
+    """The row `unpermute_rotary_rows` moves each row to."""
+    order = unpermute_rotary_rows(np.arange(rows).reshape(rows, 1), num_heads)[:, 0]
+    return torch.from_numpy(np.argsort(order))
 
 
 @dataclass(frozen=True)
 class TensorPlan:
     """Which GGUF tensors become which HF tensors, and which need their rotary rows undone.
 
-    ``kept``: HF names of the tensors handed over as `GroupQuantized` (bits, group size)
+    ``kept``: HF names of the tensors handed over as `LazyGroupQuantized` (bits, group size)
     instead of float32; empty unless the file was read to keep them quantized. Read as the
     plan is iterated, so a loader may take out the names its layers want in floats.
     """
@@ -120,8 +121,8 @@ class TensorPlan:
     key_value_heads: int
     unpermute_rotary: bool
     kept: dict[str, tuple[int, int]]
-    # Called with each tensor once its values are copied out of the file's mapping.
-    release: Callable[[ReaderTensor], None] | None = None
+    # Called with (file offset, bytes) once those bytes are copied out of the file's map.
+    release: Callable[[int, int], None] | None = None
     # The kept names whose form is close to the file's values, not exact (K-quants).
     repacked: frozenset[str] = frozenset()
 
@@ -135,25 +136,25 @@ class TensorPlan:
             return self.key_value_heads
         return None
 
-    def __iter__(self) -> Iterator[tuple[str, torch.Tensor | GroupQuantized]]:
+    def __iter__(self) -> Iterator[tuple[str, torch.Tensor | LazyGroupQuantized]]:
         for hf_name, tensor in self.entries:
             heads = self._rotary_heads(hf_name)
             if hf_name in self.kept:
-                packed = group_quantized(tensor)
+                # Read as its layer copies it, each chunk's mapped pages let go after.
+                packed = lazy_group_quantized(tensor, self.release)
                 if heads is not None:
-                    packed = packed.select_rows(rotary_row_order(packed.rows, heads))
-                item: torch.Tensor | GroupQuantized = packed
-            else:
-                values = dequantize_tensor(tensor)
-                if heads is not None:
-                    values = unpermute_rotary_rows(values, heads)
-                if not values.flags.writeable:
-                    # F32 tensors are views of the read-only memory map; torch wants a copy.
-                    values = values.copy()
-                item = torch.from_numpy(np.ascontiguousarray(values))
-            if self.release is not None:  # both are copies: the mapped pages can go
-                self.release(tensor)
-            yield hf_name, item
+                    packed = packed.moved_rows(rotary_destinations(packed.rows, heads))
+                yield hf_name, packed
+                continue
+            values = dequantize_tensor(tensor)
+            if heads is not None:
+                values = unpermute_rotary_rows(values, heads)
+            if not values.flags.writeable:
+                # F32 tensors are views of the read-only memory map; torch wants a copy.
+                values = values.copy()
+            if self.release is not None:  # a copy: the mapped pages can go
+                self.release(tensor.data_offset, tensor.n_bytes)
+            yield hf_name, torch.from_numpy(np.ascontiguousarray(values))
 
 
 def plan_tensors(
@@ -162,12 +163,13 @@ def plan_tensors(
     key_value_heads: int,
     unpermute_rotary: bool,
     keep_quantized: bool = False,
-    release: Callable[[ReaderTensor], None] | None = None,
+    release: Callable[[int, int], None] | None = None,
 ) -> TensorPlan:
     """Check every tensor's name and type up front, so a bad file fails before any is read.
 
     With ``keep_quantized``, the matrices whose type `gguf_quant.py` keeps (repacking the
-    K-quants) are handed over as `GroupQuantized`.
+    K-quants) are handed over as `LazyGroupQuantized`. ``release(offset, length)``: lets
+    go of the file's mapped bytes there once they are copied.
     """
     entries = []
     kept: dict[str, tuple[int, int]] = {}

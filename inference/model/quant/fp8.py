@@ -43,6 +43,7 @@ from inference.model.quant.fp8_math import (
     quantize_tokens_fp8,
     quantize_weight_fp8,
 )
+from inference.model.quant.group_lazy import AnyGroupQuantized, LazyGroupQuantized
 from inference.model.quant.group_math import GroupQuantized
 
 # Tokens up to which a dynamic per-row layer on CUDA runs the weight-only Triton kernel
@@ -186,7 +187,7 @@ class Fp8Linear(nn.Module):
         return tuple(name for name in names if getattr(self, name) is not None)
 
     def load_shard(
-        self, param_name: str, shard: int, tensor: torch.Tensor | GroupQuantized, name: str
+        self, param_name: str, shard: int, tensor: torch.Tensor | AnyGroupQuantized, name: str
     ) -> None:
         """Copy checkpoint tensor `name` into shard `shard` of one of the layer's tensors
         (with ``quantize_on_load``, a float weight is quantized into the shard's rows)."""
@@ -199,7 +200,7 @@ class Fp8Linear(nn.Module):
             _check_shape(tensor, target.shape, name)
             quantize_rows_into(tensor, self.dtype, target, self.weight_scale.data[rows],
                                self.group_size)  # fmt: skip
-        elif isinstance(tensor, GroupQuantized):
+        elif isinstance(tensor, GroupQuantized | LazyGroupQuantized):
             raise ValueError(f"tensor {name} is group-quantized; this FP8 layer reads e4m3")
         elif param_name == "weight":
             target = self.weight.data[rows]
@@ -305,7 +306,7 @@ class Fp8Linear(nn.Module):
         )
 
 
-def _check_shape(tensor: torch.Tensor | GroupQuantized, shape: torch.Size, name: str) -> None:
+def _check_shape(tensor: torch.Tensor | AnyGroupQuantized, shape: torch.Size, name: str) -> None:
     if tuple(tensor.shape) != tuple(shape):
         raise ValueError(f"tensor {name} has shape {tuple(tensor.shape)}, expected {tuple(shape)}")
 

@@ -19,7 +19,7 @@ from inference.model.quant.fp8_math import (
     quantize_rows_into,
     quantize_weight_fp8,
 )
-from inference.model.quant.group_math import GroupQuantized
+from inference.model.quant.group_lazy import AnyGroupQuantized
 
 if TYPE_CHECKING:
     from inference.kernels.cpu.layers import CpuLayerKernels
@@ -63,7 +63,7 @@ class Fp8Embedding(nn.Module):
     checkpoint_parameters = ("weight",)
 
     def load_shard(
-        self, param_name: str, shard: int, tensor: torch.Tensor | GroupQuantized, name: str
+        self, param_name: str, shard: int, tensor: torch.Tensor | AnyGroupQuantized, name: str
     ) -> None:
         """Quantize a checkpoint's float table into this one as it loads."""
         if param_name != "weight" or shard != 0:

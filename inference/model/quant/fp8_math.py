@@ -8,12 +8,13 @@ to the activation dtype.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 
+from inference.model.quant.group_lazy import AnyGroupQuantized, LazyGroupQuantized
 from inference.model.quant.group_math import GroupQuantized, dequantize
 
 if TYPE_CHECKING:
@@ -25,8 +26,9 @@ FP8_MAX = float(torch.finfo(FP8_DTYPE).max)  # 448
 MIN_SCALE = 1e-12
 # A grouped layer dequantizes at most this many weight values at a time.
 DEQUANT_SLICE_ELEMENTS = 1 << 24
-# Quantizing while loading works through this many values of a tensor at a time.
-QUANTIZE_SLICE_ELEMENTS = 1 << 20
+# Quantizing while loading works through this many values of a tensor at a time (a slice's
+# float32 copies, about 1 MB each, are what a load holds beside the model).
+QUANTIZE_SLICE_ELEMENTS = 1 << 18
 
 
 def quantize_weight_fp8(
@@ -55,7 +57,7 @@ def quantize_weight_fp8(
 
 
 def quantize_rows_into(
-    source: torch.Tensor | GroupQuantized,
+    source: torch.Tensor | AnyGroupQuantized,
     dtype: torch.dtype,
     q: torch.Tensor,
     scale: torch.Tensor,
@@ -65,23 +67,42 @@ def quantize_rows_into(
     as `quantize_weight_fp8` would quantize it once copied into a ``dtype`` weight: bit for
     bit, since every step is row-local. It works through QUANTIZE_SLICE_ELEMENTS values
     at a time, so the float32 working copies stay small beside the source tensor; a GGUF
-    block tensor (`GroupQuantized`) is dequantized a slice at a time too."""
+    block tensor (`LazyGroupQuantized`) is read from the file and dequantized a slice at a
+    time too, never whole."""
     if tuple(source.shape) != tuple(q.shape):
         raise ValueError(f"expected a weight of shape {tuple(q.shape)}, got {tuple(source.shape)}")
     if isinstance(source, torch.Tensor) and (
         not source.is_floating_point() or source.dtype == FP8_DTYPE
     ):
         raise ValueError(f"cannot quantize a {source.dtype} tensor from a float checkpoint")
-    total, cols = q.shape
-    rows = max(1, QUANTIZE_SLICE_ELEMENTS // max(1, cols))
-    for start in range(0, total, rows):
-        if isinstance(source, GroupQuantized):
-            part = dequantize(source.select_rows(slice(start, start + rows)))
-        else:
-            part = source[start : start + rows]
+    # Imported here: the loader's package imports this module.
+    from inference.model.loader.memory import release_freed_memory
+
+    rows = max(1, QUANTIZE_SLICE_ELEMENTS // max(1, q.shape[1]))
+    for where, part in _float_slices(source, rows):
         part_q, part_scale = quantize_weight_fp8(part.to(device=q.device, dtype=dtype), group_size)
-        q[start : start + rows] = part_q
-        scale[start : start + rows] = part_scale
+        q.view(torch.uint8)[where] = part_q.view(torch.uint8)  # bytes: rows may be permuted
+        scale[where] = part_scale
+        del part, part_q, part_scale
+        # Each slice's float32 copies go back to the system before the next: left in
+        # glibc's heap, a tensor's slices piled up to 13-20 MB beside it (docs/engine.md).
+        release_freed_memory(collect=False)
+
+
+def _float_slices(
+    source: torch.Tensor | AnyGroupQuantized, rows: int
+) -> Iterator[tuple[slice | torch.Tensor, torch.Tensor]]:
+    """(destination rows, their values) ``rows`` at a time (a lazy source: at most)."""
+    if isinstance(source, LazyGroupQuantized):
+        for where, packed in source.chunks(max_values=rows * source.cols):
+            yield where, dequantize(packed)
+        return
+    for start in range(0, source.shape[0], rows):
+        where = slice(start, start + rows)
+        if isinstance(source, GroupQuantized):
+            yield where, dequantize(source.select_rows(where))
+        else:
+            yield where, source[where]
 
 
 def quantize_tokens_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

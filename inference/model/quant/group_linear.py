@@ -13,8 +13,10 @@ On CUDA, where the device profile found that it runs (`use_triton`), every call 
 the Triton kernel instead (inference/kernels/triton/group_gemm.py), which also widens the
 codes in registers.
 
-Loaders hand a layer `GroupQuantized` tensors (GGUF blocks, GPTQ/AWQ layers, as they are in
-the file; `inference/model/loader/gguf_quant.py`), shard by shard as they do float ones.
+Loaders hand a layer `GroupQuantized` tensors (GPTQ/AWQ layers, as they are in the file)
+or `LazyGroupQuantized` ones (GGUF blocks, read from the file's map a chunk of rows at a
+time as the layer copies them; `inference/model/loader/gguf_quant.py`), shard by shard as
+they do float ones.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from inference.kernels.cpu.quant_linear import MAX_KERNEL_ROWS
+from inference.model.quant.group_lazy import AnyGroupQuantized, LazyGroupQuantized
 from inference.model.quant.group_math import GroupQuantized, code_bytes, dequantize
 
 if TYPE_CHECKING:
@@ -86,8 +89,9 @@ class GroupQuantWeights(nn.Module):
             self.bits, self.group_size, self.cols,
         )  # fmt: skip
 
-    def fill_rows(self, rows: slice, tensor: GroupQuantized, name: str) -> None:
-        """Copy a loaded tensor into ``rows``; ValueError if its format or shape differs."""
+    def fill_rows(self, rows: slice, tensor: AnyGroupQuantized, name: str) -> None:
+        """Copy a loaded tensor into ``rows``; ValueError if its format or shape differs.
+        A lazy one is copied a chunk at a time, straight into the layer's storage."""
         tensor.check(name)
         target = self.packed.select_rows(rows)
         if (tensor.bits, tensor.group_size) != (self.bits, self.group_size):
@@ -97,6 +101,9 @@ class GroupQuantWeights(nn.Module):
             )
         if tensor.shape != target.shape:
             raise ValueError(f"tensor {name} has shape {tensor.shape}, expected {target.shape}")
+        if isinstance(tensor, LazyGroupQuantized):
+            tensor.fill(target)
+            return
         target.codes.copy_(tensor.codes)
         target.scale.copy_(tensor.scale)
         target.offset.copy_(tensor.offset)
@@ -186,10 +193,10 @@ class GroupQuantLinear(GroupQuantWeights):
         return slice(start, start + self.shard_sizes[shard])
 
     def load_shard(
-        self, param_name: str, shard: int, tensor: torch.Tensor | GroupQuantized, name: str
+        self, param_name: str, shard: int, tensor: torch.Tensor | AnyGroupQuantized, name: str
     ) -> None:
         rows = self.shard_rows(shard)
-        if param_name == "weight" and isinstance(tensor, GroupQuantized):
+        if param_name == "weight" and isinstance(tensor, GroupQuantized | LazyGroupQuantized):
             self.fill_rows(rows, tensor, name)
         elif param_name == "weight":
             raise ValueError(f"tensor {name} is not quantized; its layer holds quantized codes")
@@ -234,9 +241,9 @@ class GroupQuantEmbedding(GroupQuantWeights):
         self.dtype = dtype
 
     def load_shard(
-        self, param_name: str, shard: int, tensor: torch.Tensor | GroupQuantized, name: str
+        self, param_name: str, shard: int, tensor: torch.Tensor | AnyGroupQuantized, name: str
     ) -> None:
-        if param_name != "weight" or shard != 0 or not isinstance(tensor, GroupQuantized):
+        if param_name != "weight" or shard != 0 or isinstance(tensor, torch.Tensor):
             raise ValueError(f"tensor {name} does not fit a quantized embedding table")
         self.fill_rows(slice(None), tensor, name)
 

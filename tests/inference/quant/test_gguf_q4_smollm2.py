@@ -20,12 +20,13 @@ from inference.bench.passages import PASSAGE
 from inference.kernels.attention import TorchAttentionBackend
 from inference.model.llama import LlamaForCausalLM
 from inference.model.quant.group_linear import GroupQuantEmbedding, GroupQuantLinear
-from tests.inference.quant.load_memory import describe, measure_loads
+from tests.inference.quant.load_memory import assert_within_bound, describe, measure_loads
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 NEW_TOKENS = 64
-# The demo model's token table, 49152 x 576 Q8_0: codes, scales and offsets.
-LARGEST_KEPT_TENSOR_BYTES = 49152 * (576 + 4 * 576 // 32)
+# The demo model's largest tensor as the file stores it: its token table, 49152 x 576 in
+# Q8_0 blocks of 32 values (34 bytes each). Issue 21's bound on a load beyond its model.
+LARGEST_SOURCE_TENSOR_BYTES = 49152 * (576 // 32) * 34
 PASSAGE_TOKENS = 512
 CHATS = [
     "What is the capital of France?",
@@ -135,8 +136,8 @@ def test_kept_quantized_load_takes_under_four_tenths_of_the_memory(demo_path: Pa
     print(f"\nSmolLM2 load_model memory: {describe(measured)}")
     assert kept["weights"] <= 0.4 * bf16["weights"]
     assert kept["held"] <= 0.4 * bf16["held"]
-    # The load's own buffers come and go one tensor at a time (each tensor's are trimmed
-    # away before the next): at its peak the process holds the model and about one
-    # block tensor's worth more (the token table: 28 MB of codes, read once).
+    # Each tensor is copied from the file's map into its layer a chunk at a time, each
+    # chunk's pages dropped once copied: the load holds the model and about one chunk,
+    # within the issue's bound (measured: 4 MB warm, docs/engine.md).
     assert kept["peak"] <= bf16["held"]
-    assert kept["peak"] - kept["held"] <= 3 * LARGEST_KEPT_TENSOR_BYTES
+    assert_within_bound(kept, LARGEST_SOURCE_TENSOR_BYTES)
