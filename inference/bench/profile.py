@@ -36,6 +36,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="group-quantized weights multiply int8-quantized activations at decode steps",
     )
+    parser.add_argument(
+        "--single-thread-small-kernels",
+        action="store_true",
+        help="the CPU kernels' small calls on one thread (for cores shared with other work)",
+    )
     parser.add_argument("--batch", type=int, default=64, help="the larger decode batch")
     parser.add_argument("--prompt-len", type=int, default=64, help="each decoding prompt")
     parser.add_argument("--prefill-tokens", type=int, default=512, help="the prefill chunk")
@@ -71,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         quantization=args.quantization,
         int8_activations=args.int8_activations,
+        single_thread_small_kernels=args.single_thread_small_kernels,
         enable_prefix_caching=False,  # every prefill is computed, never a cache hit
         max_num_seqs=max(args.batch, 1),
         max_num_batched_tokens=max(2048, args.prefill_tokens, args.batch),
@@ -94,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
         "dtype": args.dtype,
         "quantization": args.quantization,
         "int8_activations": args.int8_activations,
+        "single_thread_small_kernels": args.single_thread_small_kernels,
         "cpu": cpu_model(),
         "torch_threads": torch.get_num_threads(),
         "attention_backend": type(engine.runner.attention_backend).__name__,

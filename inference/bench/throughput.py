@@ -34,6 +34,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="group-quantized weights multiply int8-quantized activations at decode steps",
     )
+    parser.add_argument(
+        "--single-thread-small-kernels",
+        action="store_true",
+        help="the CPU kernels' small calls on one thread (for cores shared with other work)",
+    )
     parser.add_argument("--max-num-seqs", type=int, default=64)
     parser.add_argument("--max-num-batched-tokens", type=int, default=2048)
     parser.add_argument(
@@ -120,6 +125,7 @@ def run(args: argparse.Namespace) -> int:
         max_model_len=args.prefix_len + args.input_len + args.output_len + 16,
         quantization=args.quantization,
         int8_activations=args.int8_activations,
+        single_thread_small_kernels=args.single_thread_small_kernels,
         progress=False,
     )
     load_s = time.perf_counter() - started
@@ -154,6 +160,7 @@ def run(args: argparse.Namespace) -> int:
         "dtype": args.dtype,
         "quantization": args.quantization,
         "int8_activations": args.int8_activations,
+        "single_thread_small_kernels": args.single_thread_small_kernels,
         "num_prompts": args.num_prompts,
         "input_len": args.input_len,
         "prefix_len": args.prefix_len,

@@ -27,6 +27,9 @@ class EngineConfig:
     with each row of activations quantized to int8 per block of 32 and integer dot
     products, as llama.cpp does: faster, but not the float matmul (its agreement is
     measured by ``bench int8-accuracy``); only steps of few rows (decode) take it.
+    ``single_thread_small_kernels`` runs the CPU kernels' small calls (a decode step's
+    norms, rotary, KV writes) on the calling thread: faster beside other busy processes,
+    slower alone on the cores (inference/kernels/cpu/threads.py).
     ``kv_cache_dtype="fp8"`` stores K and V in e4m3, twice the tokens in the same bytes
     ("auto": the model dtype).
     ``attention_backend="auto"`` runs the Triton kernels on CUDA and the C kernels on a CPU
@@ -63,6 +66,7 @@ class EngineConfig:
     kv_cache_memory_fraction: float | None = None  # default: 0.9 on CUDA, 0.1 on CPU
     quantization: str | None = None
     int8_activations: bool = False
+    single_thread_small_kernels: bool = False
     kv_cache_dtype: str = "auto"
     attention_backend: str = "auto"
     enforce_eager: bool = False

@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from inference.engine.engine_config import EngineConfig
+from inference.kernels.cpu.threads import single_thread_small_kernels
 from inference.model.arch import ArchConfig
 from inference.model.llama import LlamaForCausalLM
 from inference.model.loader import load_model
@@ -28,6 +29,7 @@ class LoadedModel:
 
 def load_engine_model(config: EngineConfig, device: torch.device) -> LoadedModel:
     """Load ``config.model`` on ``device`` as the engine runs it."""
+    single_thread_small_kernels(config.single_thread_small_kernels)
     is_gguf = config.model.endswith(".gguf")
     single = config.tensor_parallel_size == 1
     if is_gguf and config.cache_dir is not None and config.quantization is None and single:

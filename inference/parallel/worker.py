@@ -21,6 +21,7 @@ import torch.distributed as dist
 from inference.engine.engine_config import EngineConfig
 from inference.engine.model_runner import ModelRunner
 from inference.engine.step_inputs import StepInputs
+from inference.kernels.cpu.threads import single_thread_small_kernels
 from inference.kernels.kv_cache import FP8_KV_DTYPE
 from inference.model.loader import checkpoint_kv_scales
 from inference.parallel.loading import (
@@ -63,6 +64,7 @@ def worker_main(
             torch.cuda.set_device(device)
         else:
             torch.set_num_threads(cpu_threads_per_rank(world))
+            single_thread_small_kernels(config.single_thread_small_kernels)
         status.put(WorkerStatus(rank, "started"))
         group, control = init_groups(device, rank, world, port)
         model, arch = load_rank_model(config, device, rank, world, group)

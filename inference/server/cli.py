@@ -68,6 +68,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(its agreement: bench int8-accuracy)",
     )
     parser.add_argument(
+        "--single-thread-small-kernels",
+        action="store_true",
+        help="run the CPU kernels' small calls (a decode step's norms, rotary, KV writes) on "
+        "one thread: faster on cores shared with other busy processes, slower alone",
+    )
+    parser.add_argument(
         "--kv-cache-dtype",
         choices=["auto", "fp8"],
         default="auto",
@@ -184,6 +190,7 @@ def engine_config_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "kv_cache_memory_bytes": args.kv_cache_memory_bytes,
         "quantization": args.quantization,
         "int8_activations": args.int8_activations,
+        "single_thread_small_kernels": args.single_thread_small_kernels,
         "kv_cache_dtype": args.kv_cache_dtype,
         "tensor_parallel_size": args.tensor_parallel_size,
         "seed": args.seed,

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
 
 from inference.kernels.cpu.layers import CpuLayerKernels, load_layer_kernels
-from inference.kernels.cpu.threads import SINGLE_THREAD_ELEMENTS
+from inference.kernels.cpu.threads import (
+    SMALL_CALL_ELEMENTS,
+    single_thread_small_kernels,
+    threads_for,
+)
 from inference.model.layers.activation import silu_and_mul
 from inference.model.layers.norm import RMSNorm
 from inference.model.layers.rotary import RotaryEmbedding, apply_rotary
@@ -158,13 +163,35 @@ def test_fp8_layers_dequantize_through_the_kernels(tmp_path: Path) -> None:
     torch.testing.assert_close(actual, expected, rtol=2e-2, atol=2e-2)
 
 
+@pytest.fixture
+def small_kernels_on_one_thread() -> Iterator[None]:
+    single_thread_small_kernels(True)
+    try:
+        yield
+    finally:
+        single_thread_small_kernels(False)
+
+
+def test_small_calls_take_one_thread_only_when_asked() -> None:
+    threads = torch.get_num_threads()
+    assert threads_for(576) == threads  # the default: every call on torch's threads
+    single_thread_small_kernels(True)
+    try:
+        assert threads_for(576) == 1
+        assert threads_for(SMALL_CALL_ELEMENTS) == threads
+    finally:
+        single_thread_small_kernels(False)
+    assert threads_for(576) == threads
+
+
+@pytest.mark.usefixtures("small_kernels_on_one_thread")
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_many_rows_on_all_threads_give_what_each_row_alone_gives(dtype: str) -> None:
-    """Past `SINGLE_THREAD_ELEMENTS` the kernels run on every thread, below it on one: each
-    row comes out the same either way."""
+    """Past `SMALL_CALL_ELEMENTS` the kernels run on every thread, below it (with
+    --single-thread-small-kernels) on one: each row comes out the same either way."""
     fast, dt = kernels("native"), DTYPES[dtype]
     gen = torch.Generator().manual_seed(7)
-    rows, n = 2 * SINGLE_THREAD_ELEMENTS // 96, 96
+    rows, n = 2 * SMALL_CALL_ELEMENTS // 96, 96
     x = (3 * torch.randn(rows, n, generator=gen)).to(dt)
     residual = (3 * torch.randn(rows, n, generator=gen)).to(dt)
     weight = torch.randn(n, generator=gen).to(dt)
