@@ -24,7 +24,12 @@ log = logging.getLogger("inference.server")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, help="HF directory or .gguf file")
+    parser.add_argument(
+        "--model",
+        required=True,
+        help="HF directory or .gguf file (a GPTQ/AWQ directory's format from config.json, or "
+        "an older quantize_config.json / quant_config.json)",
+    )
     parser.add_argument("--tokenizer", help="tokenizer directory (default: the model's)")
     parser.add_argument(
         "--host",
