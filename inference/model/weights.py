@@ -12,7 +12,7 @@ from inference.model.quant.fp8 import Fp8Linear
 from inference.model.quant.fp8_embedding import Fp8Embedding
 from inference.model.quant.group_lazy import AnyGroupQuantized, LazyGroupQuantized
 from inference.model.quant.group_linear import GroupQuantEmbedding, GroupQuantLinear
-from inference.model.quant.group_math import GroupQuantized, dequantize
+from inference.model.quant.group_math import dequantize
 
 # Layers whose rows are filled shard by shard through `load_shard`.
 SHARDED_LINEARS = (FusedLinear, Fp8Linear, GroupQuantLinear)
@@ -85,7 +85,7 @@ def load_named_weights(
             raise ValueError(f"tensor {name} appears twice in checkpoint")
         module_name, _, param_name = target.rpartition(".")
         module = modules[module_name]
-        quantized = isinstance(tensor, GroupQuantized | LazyGroupQuantized)
+        quantized = isinstance(tensor, AnyGroupQuantized)
         if isinstance(module, QUANTIZED_LAYERS) or (
             quantized and isinstance(module, QUANTIZING_LAYERS)
         ):

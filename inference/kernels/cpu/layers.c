@@ -5,9 +5,10 @@
  * Each rounds where the torch reference (inference/model/layers/) rounds, so bfloat16
  * results match it: the residual add rounds its sum; RMSNorm normalises in float32,
  * rounds to the model dtype, then multiplies by the weight; SiLU rounds before the
- * multiply; rotary rounds each product and then their sum. Rows may be strided (a view of a fused projection); the last dimension is
- * contiguous. dtype: 0 float32, 1 bfloat16. Rows are widened into float32 buffers first, so
- * the arithmetic loops are plain float loops the compiler vectorises. Built by build.py.
+ * multiply; rotary rounds each product and then their sum. Rows may be strided (a view of
+ * a fused projection); the last dimension is contiguous. dtype: 0 float32, 1 bfloat16.
+ * Rows are widened into float32 buffers first, so the arithmetic loops are plain float
+ * loops the compiler vectorises. Built by build.py.
  */
 #include <math.h>
 #include <stdint.h>

@@ -43,8 +43,7 @@ from inference.model.quant.fp8_math import (
     quantize_tokens_fp8,
     quantize_weight_fp8,
 )
-from inference.model.quant.group_lazy import AnyGroupQuantized, LazyGroupQuantized
-from inference.model.quant.group_math import GroupQuantized
+from inference.model.quant.group_lazy import AnyGroupQuantized
 
 # Tokens up to which a dynamic per-row layer on CUDA runs the weight-only Triton kernel
 # (`inference/kernels/triton/fp8_gemv.py`), which beat _scaled_mm at up to 16 on an H200.
@@ -200,7 +199,7 @@ class Fp8Linear(nn.Module):
             _check_shape(tensor, target.shape, name)
             quantize_rows_into(tensor, self.dtype, target, self.weight_scale.data[rows],
                                self.group_size)  # fmt: skip
-        elif isinstance(tensor, GroupQuantized | LazyGroupQuantized):
+        elif isinstance(tensor, AnyGroupQuantized):
             raise ValueError(f"tensor {name} is group-quantized; this FP8 layer reads e4m3")
         elif param_name == "weight":
             target = self.weight.data[rows]

@@ -16,7 +16,12 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from inference.model.quant.group_math import BITS, BLOCK, GroupQuantized, code_bytes
+from inference.model.quant.group_math import (
+    GroupQuantized,
+    check_format,
+    code_bytes,
+    group_count,
+)
 
 CHUNK_BYTES = 1 << 20  # of the source, converted and copied at a time
 
@@ -45,14 +50,11 @@ class LazyGroupQuantized:
 
     @property
     def groups(self) -> int:
-        return -(-self.cols // self.group_size)
+        return group_count(self.cols, self.group_size)
 
     def check(self, name: str) -> None:
         """ValueError where the format is not one a layer holds (as `GroupQuantized.check`)."""
-        if self.bits not in BITS:
-            raise ValueError(f"tensor {name}: {self.bits}-bit codes are not supported")
-        if self.group_size <= 0 or self.group_size % BLOCK:
-            raise ValueError(f"tensor {name}: group size {self.group_size} is not a multiple of 32")
+        check_format(name, self.bits, self.group_size)
         if self.cols <= 0 or self.rows <= 0:
             raise ValueError(f"tensor {name}: shape {self.shape} is empty")
         if self.destination is not None and tuple(self.destination.shape) != (self.rows,):

@@ -196,7 +196,7 @@ class GroupQuantLinear(GroupQuantWeights):
         self, param_name: str, shard: int, tensor: torch.Tensor | AnyGroupQuantized, name: str
     ) -> None:
         rows = self.shard_rows(shard)
-        if param_name == "weight" and isinstance(tensor, GroupQuantized | LazyGroupQuantized):
+        if param_name == "weight" and isinstance(tensor, AnyGroupQuantized):
             self.fill_rows(rows, tensor, name)
         elif param_name == "weight":
             raise ValueError(f"tensor {name} is not quantized; its layer holds quantized codes")

@@ -38,6 +38,19 @@ def code_bytes(cols: int, bits: int) -> int:
     return padded_cols(cols) * bits // 8
 
 
+def group_count(cols: int, group_size: int) -> int:
+    """Groups (scales and offsets) one row of ``cols`` columns has."""
+    return -(-cols // group_size)
+
+
+def check_format(name: str, bits: int, group_size: int) -> None:
+    """ValueError where ``bits`` and ``group_size`` are not a format a layer holds."""
+    if bits not in BITS:
+        raise ValueError(f"tensor {name}: {bits}-bit codes are not supported")
+    if group_size <= 0 or group_size % BLOCK:
+        raise ValueError(f"tensor {name}: group size {group_size} is not a multiple of 32")
+
+
 @dataclass(frozen=True)
 class GroupQuantized:
     """A group-quantized weight (see the module's docstring): what loaders hand to layers."""
@@ -60,14 +73,11 @@ class GroupQuantized:
 
     @property
     def groups(self) -> int:
-        return -(-self.cols // self.group_size)
+        return group_count(self.cols, self.group_size)
 
     def check(self, name: str) -> None:
         """ValueError if the parts do not fit together (a damaged or hostile checkpoint)."""
-        if self.bits not in BITS:
-            raise ValueError(f"tensor {name}: {self.bits}-bit codes are not supported")
-        if self.group_size <= 0 or self.group_size % BLOCK:
-            raise ValueError(f"tensor {name}: group size {self.group_size} is not a multiple of 32")
+        check_format(name, self.bits, self.group_size)
         if self.cols <= 0 or self.codes.dim() != 2 or self.codes.dtype != torch.uint8:
             raise ValueError(f"tensor {name}: codes must be a 2-D uint8 tensor")
         if self.codes.shape[1] != code_bytes(self.cols, self.bits):
