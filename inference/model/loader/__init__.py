@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,20 +30,38 @@ from inference.model.registry import model_class_for
 if TYPE_CHECKING:
     from inference.model.loader.gguf import GGUFCheckpoint
 
+log = logging.getLogger("inference.loader")
+
 # Where load_model leaves an FP8 checkpoint's KV cache scales on the model.
 KV_SCALES_ATTRIBUTE = "fp8_kv_scales"
 DTYPE_NAMES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
+def cpu_has_native_bf16() -> bool:
+    """Whether this processor multiplies bfloat16 in hardware (AVX512-BF16 or AMX), as
+    oneDNN needs for bf16 matmuls to beat float32. Elsewhere (AVX2-only x86 such as older
+    EPYC, other architectures) torch widens bf16 in software and a prefill runs several times
+    slower than in float32 (docs/engine.md, "The dtype auto picks")."""
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(bool(getattr(torch.cpu, name, lambda: False)()) for name in probes)
+
+
 def resolve_dtype(
-    requested: torch.dtype | str, hf_config: dict[str, Any], device: torch.device
+    requested: torch.dtype | str,
+    hf_config: dict[str, Any],
+    device: torch.device,
+    *,
+    native_bf16: bool | None = None,
 ) -> torch.dtype:
     """Pick the weights' dtype.
 
     "auto" follows the checkpoint, with vLLM's exception for float32 checkpoints (and GGUF
     files, which dequantize to float32): they run in bfloat16, which halves the bytes read
     per step and uses AMX / tensor cores. float16 on CPU becomes bfloat16 too (faster there).
-    Ask for "float32" explicitly for exact comparisons.
+    On a CPU without bf16 arithmetic (``native_bf16``, default `cpu_has_native_bf16`)
+    both run in float32 instead; a bfloat16 checkpoint stays bfloat16 (half the memory), with
+    a warning that float32 would run faster. Ask for "float32" explicitly for exact
+    comparisons.
     """
     if isinstance(requested, torch.dtype):
         dtype = requested
@@ -50,6 +69,16 @@ def resolve_dtype(
         dtype = checkpoint_dtype(hf_config)
         if dtype == torch.float32 or (dtype == torch.float16 and device.type == "cpu"):
             dtype = torch.bfloat16
+        if dtype == torch.bfloat16 and device.type == "cpu":
+            fast = cpu_has_native_bf16() if native_bf16 is None else native_bf16
+            if not fast and checkpoint_dtype(hf_config) != torch.bfloat16:
+                dtype = torch.float32
+            elif not fast:
+                log.warning(
+                    "this CPU has no bfloat16 arithmetic: the bf16 checkpoint runs slowly "
+                    "(prefill several times slower); --dtype float32 is faster at twice "
+                    "the weights' memory"
+                )
     elif requested in DTYPE_NAMES:
         dtype = DTYPE_NAMES[requested]
     else:
@@ -185,4 +214,10 @@ def num_kv_cache_bytes_per_token(config: ArchConfig, kv_dtype: torch.dtype) -> i
     return 2 * config.num_layers * config.num_kv_heads * config.head_dim * element
 
 
-__all__ = ["checkpoint_kv_scales", "load_model", "num_kv_cache_bytes_per_token", "resolve_dtype"]
+__all__ = [
+    "checkpoint_kv_scales",
+    "cpu_has_native_bf16",
+    "load_model",
+    "num_kv_cache_bytes_per_token",
+    "resolve_dtype",
+]

@@ -10,7 +10,12 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from inference.model.loader import load_model, num_kv_cache_bytes_per_token
+from inference.model.loader import (
+    cpu_has_native_bf16,
+    load_model,
+    num_kv_cache_bytes_per_token,
+    resolve_dtype,
+)
 from tests.inference.checkpoints import make_checkpoint
 
 
@@ -37,13 +42,48 @@ def test_loads_every_tensor_of_the_checkpoint(llama_dir: Path) -> None:
     assert torch.equal(model.lm_head.weight, state["lm_head.weight"])
 
 
-def test_auto_dtype_runs_float32_as_bf16_and_explicit_dtype_wins(llama_dir: Path) -> None:
+def test_auto_dtype_follows_this_cpu_and_explicit_dtype_wins(llama_dir: Path) -> None:
+    """The checkpoint is float32: auto runs it in bf16 where this CPU multiplies bf16 in
+    hardware, in float32 where it does not."""
     auto, _ = load_model(llama_dir, progress=False)
-    assert auto.model.embed_tokens.weight.dtype == torch.bfloat16  # float32 runs as bf16
+    expected = torch.bfloat16 if cpu_has_native_bf16() else torch.float32
+    assert auto.model.embed_tokens.weight.dtype == expected
     f32, _ = load_model(llama_dir, dtype=torch.float32, progress=False)
     assert f32.state_dict()["model.layers.0.self_attn.qkv_proj.weight"].dtype == torch.float32
     with pytest.raises(ValueError, match="unknown dtype"):
         load_model(llama_dir, dtype="float8", progress=False)
+
+
+BF16, F16, F32 = torch.bfloat16, torch.float16, torch.float32
+
+
+@pytest.mark.parametrize(
+    ("declared", "native_bf16", "expected"),
+    [
+        ("float32", True, BF16),
+        ("float16", True, BF16),
+        ("bfloat16", True, BF16),
+        ("float32", False, F32),  # software bf16 would make prefill several times slower
+        ("float16", False, F32),
+        ("bfloat16", False, BF16),  # kept: float32 would double the weights' memory
+    ],
+)
+def test_auto_dtype_on_a_cpu(declared: str, native_bf16: bool, expected: torch.dtype) -> None:
+    cpu = torch.device("cpu")
+    config = {"torch_dtype": declared}
+    assert resolve_dtype("auto", config, cpu, native_bf16=native_bf16) == expected
+    # an explicit dtype is taken as asked, and CUDA follows the checkpoint's rule
+    assert resolve_dtype("bfloat16", config, cpu, native_bf16=False) == BF16
+    cuda = resolve_dtype("auto", config, torch.device("cuda"), native_bf16=False)
+    assert cuda == (F16 if declared == "float16" else BF16)
+
+
+def test_native_bf16_matches_the_processor_flags() -> None:
+    cpuinfo = Path("/proc/cpuinfo")
+    if not cpuinfo.exists() or "flags" not in cpuinfo.read_text():
+        pytest.skip("no x86 /proc/cpuinfo flags on this machine")
+    flags = set(cpuinfo.read_text().split("flags", 2)[1].split("\n", 1)[0].split())
+    assert cpu_has_native_bf16() == bool({"avx512_bf16", "amx_bf16"} & flags)
 
 
 def test_tied_embeddings_share_the_embedding(tmp_path: Path) -> None:
