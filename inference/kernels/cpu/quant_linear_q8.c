@@ -281,8 +281,9 @@ int quant_linear_q8(const void *x, int64_t x_stride, int x_bf16, int64_t M, cons
             if (!ready) continue;
             const int64_t n0 = chunk * ROW_CHUNK;
             const int rows = N - n0 < ROW_CHUNK ? (int)(N - n0) : ROW_CHUNK;
-            /* VNNI with fewer rows of x than a tile reads the weight's own scales */
-            const int use_raw = Q8_PATH == 2 && M < TILE_M;
+            /* with fewer rows of x than a tile the SIMD paths read the weight's own
+             * scales: the tables pay only when many rows of x use them */
+            const int use_raw = Q8_PATH != 0 && M < TILE_M;
             if (!use_raw)
                 fill_tables(&t, scale + n0 * groups, offset + n0 * groups, rows, blocks, groups,
                             group_blocks, bits);

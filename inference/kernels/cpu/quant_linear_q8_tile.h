@@ -114,13 +114,20 @@ static inline __attribute__((always_inline)) void tile(
     for (int i = 0; i < 8; i++) v[i] = i < MT * NT ? acc[i / NT][i % NT] : _mm512_setzero_ps();
     reduce8(v, sums);
 #elif Q8_PATH == 1
-    (void)raw; /* the AVX2 and C paths' tables are one float a block */
+    /* the tables are one float a block; raw (one row of x) converts each group's scale as
+     * the loop reaches it instead, and adds the offsets' term once at the end */
     const __m128i nibble = _mm_set1_epi8(0x0f);
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[4][4];
     for (int m = 0; m < MT; m++)
         for (int n = 0; n < NT; n++) acc[m][n] = _mm256_setzero_ps();
-    for (int b = 0; b < blocks; b++) {
+    float group_scale[4] = {0.0f};
+    for (int b = 0, g = 0, left = 0; b < blocks; b++) {
+        if (raw != NULL && left-- == 0) { /* the first block of group g */
+            for (int n = 0; n < NT; n++) group_scale[n] = _cvtsh_ss(raw->scale[n][g]);
+            g++;
+            left = raw->group_blocks - 1;
+        }
         __m256i codes[4], low16[4], high16[4];
         for (int n = 0; n < NT; n++) {
             const uint8_t *at = rows[n] + (int64_t)b * block_bytes;
@@ -148,24 +155,29 @@ static inline __attribute__((always_inline)) void tile(
                     bits == 4 ? _mm256_madd_epi16(_mm256_maddubs_epi16(codes[n], qv), ones)
                               : _mm256_add_epi32(_mm256_madd_epi16(low16[n], q0),
                                                  _mm256_madd_epi16(high16[n], q1));
-                const __m256 w = _mm256_mul_ps(dm, _mm256_broadcast_ss(wscale[n] + b));
+                const __m256 w = _mm256_mul_ps(
+                    dm, _mm256_set1_ps(raw != NULL ? group_scale[n] : wscale[n][b]));
                 acc[m][n] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(start, dot)), w,
                                             acc[m][n]);
             }
         }
     }
-    for (int g = 0; g < groups; g += 8)
+    for (int g = 0; g < groups && raw == NULL; g += 8)
         for (int n = 0; n < NT; n++) {
             const __m256 o = _mm256_loadu_ps(woffset[n] + g);
             for (int m = 0; m < MT; m++)
                 acc[m][n] = _mm256_fmadd_ps(
                     o, _mm256_loadu_ps(xsum + m * a->sum_stride + g), acc[m][n]);
         }
+    const float z = (float)(1 << (bits - 1));
     for (int m = 0; m < MT; m++)
         for (int n = 0; n < NT; n++) {
             float part[8], total = 0.0f;
             _mm256_storeu_ps(part, acc[m][n]);
             for (int i = 0; i < 8; i++) total += part[i];
+            for (int g = 0; g < groups && raw != NULL; g++) /* offset + z * scale, as fill_tables */
+                total += (_cvtsh_ss(raw->offset[n][g]) + z * _cvtsh_ss(raw->scale[n][g])) *
+                         xsum[m * a->sum_stride + g];
             sums[m * NT + n] = total;
         }
 #else
