@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import ctypes
 import logging
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal
 
 import torch
@@ -84,39 +83,48 @@ class QuantLinearKernel:
         """The most rows of x `matmul_int8` is worth calling for (0 where not built)."""
         return 0 if self.int8_path is None else INT8_MAX_ROWS[self.int8_path]
 
+    def bind(self, weight: GroupQuantized) -> BoundWeight | None:
+        """The weight checked once for `matmul_bound` (None where the kernel does not take
+        it): a decode step's layers call the kernel over a hundred times, each checking and
+        spelling out the same weight, which cost as much as the multiply on a small layer."""
+        if not _contiguous(weight):
+            return None
+        return BoundWeight(weight)
+
     def matmul(self, x: torch.Tensor, weight: GroupQuantized) -> torch.Tensor | None:
         """``x @ dequantize(weight).T`` (T, rows) in x's dtype for float32 or bfloat16 x
         (T, cols) on the CPU, or None where the kernel does not take these tensors."""
-        return self._run(self._lib.quant_linear, x, weight)
+        bound = self.bind(weight)
+        return None if bound is None else self.matmul_bound(x, bound)
 
     def matmul_int8(self, x: torch.Tensor, weight: GroupQuantized) -> torch.Tensor | None:
         """As `matmul`, but with each row of x quantized to int8 per block of 32 columns
         (scale amax / 127, round half to even) and integer dot products with the codes;
         the offsets multiply the float sums of x. None where not taken (or not built)."""
-        if self._int8 is None:
-            return None
-        return self._run(self._int8.quant_linear_q8, x, weight)
+        bound = self.bind(weight)
+        return None if bound is None else self.matmul_bound(x, bound, int8=True)
 
-    def _run(
-        self, function: Callable[..., int], x: torch.Tensor, weight: GroupQuantized
+    def matmul_bound(
+        self, x: torch.Tensor, weight: BoundWeight, *, int8: bool = False
     ) -> torch.Tensor | None:
-        if x.dim() != 2 or x.shape[0] == 0 or x.dtype not in _DTYPES or x.device.type != "cpu":
+        """`matmul` (or `matmul_int8`) of a weight `bind` checked: only x is checked here."""
+        function = self._lib.quant_linear
+        if int8:
+            if self._int8 is None:
+                return None
+            function = self._int8.quant_linear_q8
+        dtype = _DTYPES.get(x.dtype)
+        if dtype is None or x.dim() != 2 or x.shape[0] == 0 or x.device.type != "cpu":
             return None
-        if x.shape[1] != weight.cols or x.stride(1) != 1 or not _contiguous(weight):
+        if x.shape[1] != weight.cols or x.stride(1) != 1:
             return None
         out = torch.empty((x.shape[0], weight.rows), dtype=x.dtype)
         failed = function(
             x.data_ptr(),
             x.stride(0),
-            _DTYPES[x.dtype],
+            dtype,
             x.shape[0],
-            weight.codes.data_ptr(),
-            weight.scale.data_ptr(),
-            weight.offset.data_ptr(),
-            weight.rows,
-            weight.cols,
-            weight.bits,
-            weight.group_size,
+            *weight.arguments,
             out.data_ptr(),
             torch.get_num_threads(),
         )
@@ -140,6 +148,24 @@ class QuantLinearKernel:
             torch.get_num_threads(),
         )
         return None if failed else out
+
+
+class BoundWeight:
+    """A contiguous CPU weight's pointers and format as the kernels take them; it holds the
+    weight, so the pointers stay valid while it lives. Made by `QuantLinearKernel.bind`."""
+
+    def __init__(self, weight: GroupQuantized) -> None:
+        self.weight = weight
+        self.rows, self.cols = weight.rows, weight.cols
+        self.arguments = (
+            weight.codes.data_ptr(),
+            weight.scale.data_ptr(),
+            weight.offset.data_ptr(),
+            weight.rows,
+            weight.cols,
+            weight.bits,
+            weight.group_size,
+        )
 
 
 def _contiguous(weight: GroupQuantized) -> bool:

@@ -34,6 +34,7 @@ from inference.model.quant.group_math import GroupQuantized, code_bytes, dequant
 
 if TYPE_CHECKING:
     from inference.kernels.cpu.layers import CpuLayerKernels
+    from inference.kernels.cpu.quant_linear import BoundWeight, QuantLinearKernel
 
 # A fallback dequantizes at most this many weight values at a time.
 DEQUANT_SLICE_ELEMENTS = 1 << 22
@@ -71,6 +72,8 @@ class GroupQuantWeights(nn.Module):
         self.register_buffer("weight_offset", torch.zeros(rows, groups, dtype=torch.float16,
                                                           device=device))  # fmt: skip
         self.kernels: CpuLayerKernels | None = None
+        self._bound_weight: BoundWeight | None = None
+        self._bound_key: tuple[int, ...] = ()
         self._triton: Callable[[torch.Tensor, GroupQuantized], torch.Tensor] | None = None
 
     def use_triton(self, enabled: bool) -> None:
@@ -112,17 +115,17 @@ class GroupQuantWeights(nn.Module):
         """``x @ w.T`` for x (T, cols) -> (T, rows) in x's dtype."""
         if self._triton is not None:
             return self._triton(x, self.packed)
-        shape = x.shape
-        x2 = x.reshape(-1, shape[-1])
+        # A decode step calls this over a hundred times: each torch call a row saves counts.
+        flat = x.dim() == 2
+        x2 = x if flat else x.reshape(-1, x.shape[-1])
         kernel = self.kernels.quant if self.kernels is not None else None
         if kernel is not None:
             y = None
-            if self.int8_activations and x2.shape[0] <= kernel.int8_max_rows:
-                y = kernel.matmul_int8(x2, self.packed)
-            elif x2.shape[0] < MAX_KERNEL_ROWS:
-                y = kernel.matmul(x2, self.packed)
+            int8 = self.int8_activations and x2.shape[0] <= kernel.int8_max_rows
+            if (int8 or x2.shape[0] < MAX_KERNEL_ROWS) and (bound := self._bound(kernel)):
+                y = kernel.matmul_bound(x2, bound, int8=int8)
             if y is not None:
-                return y.reshape(*shape[:-1], -1)
+                return y if flat else y.reshape(*x.shape[:-1], -1)
         weight = self.packed
         if kernel is not None and (whole := kernel.dequantize(weight, x.dtype)) is not None:
             return F.linear(x, whole)
@@ -132,6 +135,24 @@ class GroupQuantWeights(nn.Module):
             for start in range(0, weight.rows, rows)
         ]
         return torch.cat(parts, dim=-1)
+
+    def _bound(self, kernel: QuantLinearKernel) -> BoundWeight | None:
+        """The weight as `kernel` takes it, checked once and again only when its storage
+        moves (a `.to()`, a reload): the three pointers are the key."""
+        # read from the dicts: nn.Module's attribute lookup costs more than the rest
+        codes, buffers = self._parameters["weight"], self._buffers
+        scale, offset = buffers["weight_scale"], buffers["weight_offset"]
+        if codes is None or scale is None or offset is None:
+            return None
+        key = (codes.data_ptr(), scale.data_ptr(), offset.data_ptr())
+        if key != self._bound_key:
+            self._bound_weight, self._bound_key = kernel.bind(self.packed), key
+        return self._bound_weight
+
+    def _apply(self, fn: Callable[..., object], recurse: bool = True) -> GroupQuantWeights:
+        # a move (`.to()`) drops the bound copy, which would keep the old storage alive
+        self._bound_weight, self._bound_key = None, ()
+        return super()._apply(fn, recurse)
 
     def lookup(self, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """Rows ``ids`` of the weight, dequantized to ``dtype``."""

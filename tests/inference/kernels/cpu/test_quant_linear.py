@@ -10,7 +10,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from inference.kernels.cpu.layers import load_layer_kernels
 from inference.kernels.cpu.quant_linear import QuantLinearKernel, load_quant_linear
+from inference.model.quant.group_linear import GroupQuantLinear
 from inference.model.quant.group_math import dequantize, quantize_groups
 from tests.inference.kernels.cpu.quant_builds import BUILDS, expected_paths
 
@@ -66,3 +68,30 @@ def test_strided_rows_and_refusals(kernel: QuantLinearKernel) -> None:
     assert (got - expected).abs().max() <= 1e-5 * (1 + expected.abs().max())
     assert kernel.matmul(torch.randn(2, 95), weight) is None  # wrong width
     assert kernel.matmul(torch.randn(2, 96).half(), weight) is None  # float16: not taken
+
+
+def test_layer_binds_its_weight_once_and_again_when_it_moves() -> None:
+    """The layer checks its weight for the kernel once, then reuses it; new storage (a
+    reload into other tensors, a move) is bound again, so no call reads stale pointers."""
+    kernels = load_layer_kernels()
+    assert kernels is not None and kernels.quant is not None
+    layer = GroupQuantLinear(96, [40, 24], bits=4, group_size=32, bias=False,
+                             dtype=torch.float32, device="cpu")  # fmt: skip
+    first = quantize_groups(torch.randn(64, 96), 4, 32)
+    layer.fill_rows(slice(None), first, "w")
+    layer.kernels = kernels
+    x = torch.randn(2, 96)
+    assert torch.equal(layer(x), kernels.quant.matmul(x, first))
+    bound = layer._bound_weight
+    assert bound is not None
+    layer(x)
+    assert layer._bound_weight is bound  # not checked again
+    second = quantize_groups(torch.randn(64, 96), 4, 32)
+    layer.weight.data = second.codes.clone()  # new storage, as a reload would give
+    layer.weight_scale = second.scale.clone()
+    layer.weight_offset = second.offset.clone()
+    assert torch.equal(layer(x), kernels.quant.matmul(x, second))
+    assert layer._bound_weight is not bound
+    layer.cpu()  # a move drops the bound copy (it would keep the old storage alive)
+    assert layer._bound_weight is None
+    assert torch.equal(layer(x), kernels.quant.matmul(x, second))
