@@ -106,7 +106,7 @@ class CpuAttentionBackend:
             or slot_mapping.dtype != torch.int64
             or not slot_mapping.is_contiguous()
             or slot_mapping.shape != key.shape[:1]
-            or key.device.type != "cpu"
+            or not key.is_cpu
         ):
             self._torch.write_kv(key, value, cache, slot_mapping)
             return

@@ -78,7 +78,7 @@ class Fp8LinearKernel:
             return None
         if limit is not None and x.shape[0] > limit:
             return None
-        if x.stride(1) != 1 or x.device.type != "cpu" or scale.dtype != torch.float32:
+        if x.stride(1) != 1 or not x.is_cpu or scale.dtype != torch.float32:
             return None
         if q.dtype != torch.float8_e4m3fn or q.dim() != 2 or not q.is_contiguous():
             return None

@@ -114,7 +114,7 @@ class QuantLinearKernel:
                 return None
             function = self._int8.quant_linear_q8
         dtype = _DTYPES.get(x.dtype)
-        if dtype is None or x.dim() != 2 or x.shape[0] == 0 or x.device.type != "cpu":
+        if dtype is None or x.dim() != 2 or x.shape[0] == 0 or not x.is_cpu:
             return None
         if x.shape[1] != weight.cols or x.stride(1) != 1:
             return None
