@@ -24,7 +24,12 @@ PHASES = ("schedule", "inputs", "forward", "logits", "sample", "post")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="HF directory or .gguf file")
-    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument(
+        "--dtype",
+        default="auto",
+        help="auto (as serve picks: bf16 where the CPU multiplies it, else float32), "
+        "float32, bfloat16 or float16",
+    )
     parser.add_argument(
         "--quantization",
         # inference.model.quant.QUANTIZATIONS, without importing torch
@@ -84,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
         progress=False,
     )
     engine = llm.engine
+    dtype = str(engine.dtype).removeprefix("torch.")  # what "auto" became
     weights, elements = decode_weights(engine.runner.model)
     peak = None if args.no_probe else probe()
     scenarios = [
@@ -92,12 +98,12 @@ def run(args: argparse.Namespace) -> int:
         _prefill(engine, args),
     ]
     for scenario in scenarios:
-        scenario["bound_ms"] = _bound(scenario, weights, elements, peak, args.dtype)
+        scenario["bound_ms"] = _bound(scenario, weights, elements, peak, dtype)
         scenario["modules_ms"] = dict(list(scenario["modules_ms"].items())[: args.top])
     result: dict[str, Any] = {
         "benchmark": "profile",
         "model": args.model,
-        "dtype": args.dtype,
+        "dtype": dtype,
         "quantization": args.quantization,
         "int8_activations": args.int8_activations,
         "single_thread_small_kernels": args.single_thread_small_kernels,

@@ -128,7 +128,7 @@ def run_speculative(args: argparse.Namespace) -> int:
         "benchmark": "throughput-speculative",
         "date": args.date,
         "model": args.model,
-        "dtype": args.dtype,
+        "dtype": str(engines["plain"].engine.dtype).removeprefix("torch."),
         "workload": args.workload,
         "num_prompts": args.num_prompts,
         "output_len": args.output_len,

@@ -22,7 +22,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input-len", type=int, default=128)
     parser.add_argument("--output-len", type=int, default=128)
     parser.add_argument("--prefix-len", type=int, default=0, help="tokens shared by all prompts")
-    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument(
+        "--dtype",
+        default="auto",
+        help="auto (as serve picks: bf16 where the CPU multiplies it, else float32), "
+        "float32, bfloat16 or float16",
+    )
     parser.add_argument(
         "--quantization",
         # inference.model.quant.QUANTIZATIONS, without importing torch
@@ -129,6 +134,7 @@ def run(args: argparse.Namespace) -> int:
         progress=False,
     )
     load_s = time.perf_counter() - started
+    dtype = str(llm.engine.dtype).removeprefix("torch.")  # what "auto" became
     tok = llm.tokenizer
     special = set(tok.all_special_ids)
     vocab = llm.engine.arch.vocab_size
@@ -137,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
     # A short warm-up so one-time costs (allocations, oneDNN primitive creation) are not timed.
     warm_up = [p[:16] for p in make_prompts(vocab, special, args, round_index=args.rounds)[:2]]
     llm.generate(warm_up, SamplingParams(temperature=0, max_tokens=4, ignore_eos=True))
-    naive = NaiveTransformers(args) if args.naive_prompts else None
+    naive = NaiveTransformers(args, dtype) if args.naive_prompts else None
     ours_s: list[float] = []
     naive_runs: list[dict[str, Any]] = []
     best_outputs: list[Any] = []
@@ -157,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
     result: dict[str, Any] = {
         "benchmark": "throughput",
         "model": args.model,
-        "dtype": args.dtype,
+        "dtype": dtype,
         "quantization": args.quantization,
         "int8_activations": args.int8_activations,
         "single_thread_small_kernels": args.single_thread_small_kernels,
@@ -209,7 +215,7 @@ def run(args: argparse.Namespace) -> int:
 class NaiveTransformers:
     """transformers `generate`, one request at a time: the baseline the issue names."""
 
-    def __init__(self, args: argparse.Namespace) -> None:
+    def __init__(self, args: argparse.Namespace, dtype: str) -> None:
         import os
 
         import torch
@@ -222,7 +228,7 @@ class NaiveTransformers:
             )
         else:
             model = AutoModelForCausalLM.from_pretrained(path)
-        self.model = model.to(getattr(torch, args.dtype)).eval()
+        self.model = model.to(getattr(torch, dtype)).eval()
         self.output_len = args.output_len
 
     def run(self, prompts: list[list[int]]) -> dict[str, Any]:

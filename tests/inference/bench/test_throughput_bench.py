@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from inference.__main__ import main
+from inference.model.loader import cpu_has_native_bf16
 from tests.inference.checkpoints import make_checkpoint
 
 
@@ -50,6 +51,19 @@ def test_reports_both_engines_and_writes_the_json(
     assert result["speedup_output_tokens_per_s"] == pytest.approx(
         result["output_tokens_per_s"] / naive["output_tokens_per_s"], abs=0.1
     )
+
+
+def test_default_dtype_is_what_serve_picks(
+    checkpoint: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without --dtype the bench runs (and reports) the dtype serve's auto picks on this CPU,
+    the transformers baseline in the same one."""
+    args = bench(checkpoint, "--rounds", "1", "--naive-prompts", "1")
+    at = args.index("--dtype")
+    assert main(args[:at] + args[at + 2 :]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["dtype"] == ("bfloat16" if cpu_has_native_bf16() else "float32")
+    assert result["naive_transformers"]["output_tokens_per_s"] > 0
 
 
 def test_fp8_weights(checkpoint: Path, capsys: pytest.CaptureFixture[str]) -> None:
