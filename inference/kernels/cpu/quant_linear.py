@@ -132,17 +132,12 @@ class QuantLinearKernel:
 
     def dequantize(self, weight: GroupQuantized, dtype: torch.dtype) -> torch.Tensor | None:
         """The float weight (rows, cols) in float32 or bfloat16, or None if not taken."""
-        if dtype not in _DTYPES or weight.codes.device.type != "cpu" or not _contiguous(weight):
+        bound = self.bind(weight) if dtype in _DTYPES else None
+        if bound is None:
             return None
         out = torch.empty((weight.rows, weight.cols), dtype=dtype)
         failed = self._lib.quant_dequantize(
-            weight.codes.data_ptr(),
-            weight.scale.data_ptr(),
-            weight.offset.data_ptr(),
-            weight.rows,
-            weight.cols,
-            weight.bits,
-            weight.group_size,
+            *bound.arguments,
             out.data_ptr(),
             _DTYPES[dtype],
             torch.get_num_threads(),

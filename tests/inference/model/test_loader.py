@@ -79,10 +79,10 @@ def test_auto_dtype_on_a_cpu(declared: str, native_bf16: bool, expected: torch.d
 
 
 def test_native_bf16_matches_the_processor_flags() -> None:
+    """x86 flags name the bf16 units; elsewhere (no flags line) the probes say no."""
     cpuinfo = Path("/proc/cpuinfo")
-    if not cpuinfo.exists() or "flags" not in cpuinfo.read_text():
-        pytest.skip("no x86 /proc/cpuinfo flags on this machine")
-    flags = set(cpuinfo.read_text().split("flags", 2)[1].split("\n", 1)[0].split())
+    text = cpuinfo.read_text() if cpuinfo.exists() else ""
+    flags = set(text.split("flags", 2)[1].split("\n", 1)[0].split()) if "flags" in text else set()
     assert cpu_has_native_bf16() == bool({"avx512_bf16", "amx_bf16"} & flags)
 
 
