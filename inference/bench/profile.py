@@ -46,6 +46,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="the CPU kernels' small calls on one thread (for cores shared with other work)",
     )
+    parser.add_argument(
+        "--enforce-eager",
+        action="store_true",
+        help="no decode graphs (CUDA graphs; on a CPU, replayed kernel-call recordings)",
+    )
     parser.add_argument("--batch", type=int, default=64, help="the larger decode batch")
     parser.add_argument("--prompt-len", type=int, default=64, help="each decoding prompt")
     parser.add_argument("--prefill-tokens", type=int, default=512, help="the prefill chunk")
@@ -74,14 +79,15 @@ def run(args: argparse.Namespace) -> int:
     from inference.bench.probe import probe
     from inference.bench.weight_bytes import decode_weights
 
-    # A decoding sequence gets 2 * steps + 5 tokens (prefill, warm-ups, both timings).
-    longest = max(args.prompt_len + 2 * args.steps + 16, args.prefill_tokens + 8)
+    # A decoding sequence gets 3 * steps + 5 tokens (prefill, warm-ups, the three timings).
+    longest = max(args.prompt_len + 3 * args.steps + 16, args.prefill_tokens + 8)
     llm = LLM(
         args.model,
         dtype=args.dtype,
         quantization=args.quantization,
         int8_activations=args.int8_activations,
         single_thread_small_kernels=args.single_thread_small_kernels,
+        enforce_eager=args.enforce_eager,
         enable_prefix_caching=False,  # every prefill is computed, never a cache hit
         max_num_seqs=max(args.batch, 1),
         max_num_batched_tokens=max(2048, args.prefill_tokens, args.batch),
@@ -107,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
         "quantization": args.quantization,
         "int8_activations": args.int8_activations,
         "single_thread_small_kernels": args.single_thread_small_kernels,
+        "enforce_eager": args.enforce_eager,
         "cpu": cpu_model(),
         "torch_threads": torch.get_num_threads(),
         "attention_backend": type(engine.runner.attention_backend).__name__,
@@ -135,7 +142,7 @@ def _decode(engine: Any, batch: int, args: argparse.Namespace) -> dict[str, Any]
     """``batch`` sequences prefilled, then decode steps: timed plainly, then instrumented."""
     from inference import SamplingParams
 
-    params = SamplingParams(temperature=0, max_tokens=2 * args.steps + 8, ignore_eos=True)
+    params = SamplingParams(temperature=0, max_tokens=3 * args.steps + 8, ignore_eos=True)
     ids = [f"decode-{batch}-{i}" for i in range(batch)]
     for request_id, prompt in zip(
         ids, _prompts(engine, batch, args.prompt_len, batch), strict=True
@@ -148,7 +155,10 @@ def _decode(engine: Any, batch: int, args: argparse.Namespace) -> dict[str, Any]
     for _ in range(3):  # oneDNN's primitives for this batch's shapes
         engine.step()
     try:
-        return _measure(engine, f"decode, batch {batch}", args.steps, tokens=batch)
+        result = _measure(engine, f"decode, batch {batch}", args.steps, tokens=batch)
+        if len(engine.scheduler.running) != batch:  # every timed step decoded the batch
+            raise RuntimeError(f"decoding sequences finished before the timings of {batch}")
+        return result
     finally:
         for request_id in ids:
             engine.abort_request(request_id)
@@ -160,7 +170,7 @@ def _prefill(engine: Any, args: argparse.Namespace) -> dict[str, Any]:
 
     params = SamplingParams(temperature=0, max_tokens=1, ignore_eos=True)
     rounds = max(3, args.steps // 4)
-    prompts = iter(_prompts(engine, 2 * rounds + 2, args.prefill_tokens, 7))
+    prompts = iter(_prompts(engine, 3 * rounds + 2, args.prefill_tokens, 7))
 
     def one() -> float:
         engine.add_request(f"prefill-{time.perf_counter_ns()}", next(prompts), params)
@@ -188,16 +198,22 @@ def _measure(engine: Any, name: str, steps: int, *, tokens: int, one: Any = None
 
     step = one or plain_step
     plain = [step() for _ in range(steps)]
+    # A replayed decode graph runs no module, so the split is of eager steps, timed plainly
+    # too: beside step_ms (the step as served) that is what the graphs save.
+    runner = engine.runner
+    graphs, runner.decode_graphs = runner.decode_graphs, None
     timer = StepTimer()
-    timer.attach(engine)
-    timer.enabled = True
     try:
+        eager = plain if graphs is None else [step() for _ in range(steps)]
+        timer.attach(engine)
+        timer.enabled = True
         step()  # the first instrumented step pays for setting the hooks up
         timer.reset()
         hooked = [step() for _ in range(steps)]
     finally:
         timer.enabled = False
         timer.detach()
+        runner.decode_graphs = graphs
     total = sum(hooked)
     phases = timer.split(total)
     modules = sorted(timer.modules.items(), key=lambda kv: -kv[1])
@@ -205,6 +221,8 @@ def _measure(engine: Any, name: str, steps: int, *, tokens: int, one: Any = None
         "scenario": name,
         "tokens_per_step": tokens,
         "step_ms": round(statistics.median(plain) * 1000, 3),
+        "step_ms_eager": round(statistics.median(eager) * 1000, 3),
+        "decode_graphs_recorded": 0 if graphs is None else graphs.num_captured,
         "step_ms_instrumented_mean": round(total / steps * 1000, 3),  # the phases' sum
         "phases_ms": {p: round(phases.get(p, 0.0) / steps * 1000, 3) for p in PHASES},
         "modules_ms": {k: round(v / steps * 1000, 3) for k, v in modules},

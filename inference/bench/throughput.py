@@ -44,6 +44,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="the CPU kernels' small calls on one thread (for cores shared with other work)",
     )
+    parser.add_argument(
+        "--enforce-eager",
+        action="store_true",
+        help="no decode graphs (CUDA graphs; on a CPU, replayed kernel-call recordings)",
+    )
     parser.add_argument("--max-num-seqs", type=int, default=64)
     parser.add_argument("--max-num-batched-tokens", type=int, default=2048)
     parser.add_argument(
@@ -131,6 +136,7 @@ def run(args: argparse.Namespace) -> int:
         quantization=args.quantization,
         int8_activations=args.int8_activations,
         single_thread_small_kernels=args.single_thread_small_kernels,
+        enforce_eager=args.enforce_eager,
         progress=False,
     )
     load_s = time.perf_counter() - started
@@ -167,6 +173,7 @@ def run(args: argparse.Namespace) -> int:
         "quantization": args.quantization,
         "int8_activations": args.int8_activations,
         "single_thread_small_kernels": args.single_thread_small_kernels,
+        "enforce_eager": args.enforce_eager,
         "num_prompts": args.num_prompts,
         "input_len": args.input_len,
         "prefix_len": args.prefix_len,

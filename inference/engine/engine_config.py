@@ -34,7 +34,7 @@ class EngineConfig:
     ("auto": the model dtype).
     ``attention_backend="auto"`` runs the Triton kernels on CUDA and the C kernels on a CPU
     (the torch path where they cannot be built); ``enforce_eager`` turns off CUDA graphs
-    for decode steps.
+    for decode steps, and their CPU counterpart (engine/cpu_graphs.py).
     ``tensor_parallel_size=N`` splits heads and MLP over N processes (rank 0 is this one;
     see inference/parallel/), each with its own KV pool: the KV budget is per rank.
     ``speculative="ngram"`` turns on speculative decoding with the prompt-lookup proposer:

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
-from inference.engine.cuda_graphs import make_decode_graphs
+from inference.engine.cpu_graphs import CpuDecodeGraphRunner, make_cpu_decode_graphs
+from inference.engine.cuda_graphs import DecodeGraphRunner, make_decode_graphs
 from inference.engine.scheduler_output import SchedulerOutput
 from inference.engine.step_inputs import StepInputs, prepare_step
 from inference.kernels.attention import KVCache
@@ -52,8 +53,9 @@ class ModelRunner:
         """``kv_scales``: per-layer (k_scale, v_scale) of an FP8 pool (default 1.0).
 
         ``attention_backend`` is chosen for ``device`` (Triton on CUDA by default); decode
-        steps replay CUDA graphs on CUDA unless ``enforce_eager`` (they need
-        ``max_model_len`` to size their block tables).
+        steps replay CUDA graphs on CUDA, and recordings of their C kernel calls on the CPU
+        (cpu_graphs.py), unless ``enforce_eager`` (both need ``max_model_len`` to size
+        their block tables).
         """
         self.model = model
         self.arch = arch
@@ -82,16 +84,18 @@ class ModelRunner:
         self.attention_backend = self.profile.attention
         model.use_device_profile(self.profile)
         with phase("cuda_graphs"):
-            self.decode_graphs = make_decode_graphs(
-                model,
-                self.kv_caches,
-                self.attention_backend,
-                enforce_eager=enforce_eager,
-                max_num_seqs=max_num_seqs,
-                max_model_len=max_model_len,
-                block_size=block_size,
-                device=device,
-            )
+            self.decode_graphs: DecodeGraphRunner | CpuDecodeGraphRunner | None = None
+            for make in (make_decode_graphs, make_cpu_decode_graphs):
+                self.decode_graphs = self.decode_graphs or make(
+                    model,
+                    self.kv_caches,
+                    self.attention_backend,
+                    enforce_eager=enforce_eager,
+                    max_num_seqs=max_num_seqs,
+                    max_model_len=max_model_len,
+                    block_size=block_size,
+                    device=device,
+                )
         # Set by a tensor-parallel group: sends each eager step's inputs to the other ranks.
         self.broadcast_step: Callable[[StepInputs], None] | None = None
 

@@ -202,6 +202,17 @@ class LlamaForCausalLM(nn.Module):
             raise ValueError(f"need {len(self.model.layers)} KV caches, got {len(kv_caches)}")
         hidden = self.model.embed_tokens(input_ids)
         rope = self.model.rotary.cos_sin(positions, hidden.dtype)
+        return self.forward_layers(hidden, rope, kv_caches, meta)
+
+    def forward_layers(
+        self,
+        hidden: torch.Tensor,  # (T, hidden): the embedded tokens
+        rope: Rope,
+        kv_caches: list[KVCache],
+        meta: AttentionMetadata,
+    ) -> torch.Tensor:
+        """`forward` after the embedding and the rotary angles: what a CPU decode graph
+        records (inference/engine/cpu_graphs.py), its inputs then being buffers."""
         residual: torch.Tensor | None = None
         for layer, kv_cache in zip(self.model.layers, kv_caches, strict=True):
             hidden, residual = layer(hidden, residual, rope, kv_cache, meta)

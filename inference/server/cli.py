@@ -79,6 +79,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "one thread: faster on cores shared with other busy processes, slower alone",
     )
     parser.add_argument(
+        "--enforce-eager",
+        action="store_true",
+        help="run every step through the model's Python code: no CUDA graphs, and on a CPU "
+        "no replayed recordings of decode steps' kernel calls",
+    )
+    parser.add_argument(
         "--kv-cache-dtype",
         choices=["auto", "fp8"],
         default="auto",
@@ -196,6 +202,7 @@ def engine_config_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "quantization": args.quantization,
         "int8_activations": args.int8_activations,
         "single_thread_small_kernels": args.single_thread_small_kernels,
+        "enforce_eager": args.enforce_eager,
         "kv_cache_dtype": args.kv_cache_dtype,
         "tensor_parallel_size": args.tensor_parallel_size,
         "seed": args.seed,

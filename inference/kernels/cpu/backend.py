@@ -57,17 +57,29 @@ class CpuAttentionMetadata:
 def build_cpu_metadata(layout: PagedLayout, device: torch.device) -> CpuAttentionMetadata:
     meta = CpuAttentionMetadata(build_torch_metadata(layout, device))
     base, tables = meta.base, layout.block_tables
-    if len(base.decode_seqs) > 1:
-        lens = [layout.seq_lens[i] for i in base.decode_seqs]
-        num_blocks = -(-max(lens) // layout.block_size)
-        limit = (min(lens) - 1) // layout.block_size
-        meta.decode_shared_blocks = _leading_shared(tables[base.decode_seqs, :num_blocks], limit)
+    meta.decode_shared_blocks = decode_shared_blocks(layout, base.decode_seqs)
     if len(base.prefill_seqs) > 1:
         seqs = base.prefill_seqs
         cached = min(layout.seq_lens[i] - layout.query_len(i) for i in seqs) // layout.block_size
         if cached > 0:
             meta.prefill_shared_blocks = _leading_shared(tables[seqs, :cached], cached)
     return meta
+
+
+def decode_shared_blocks(layout: PagedLayout, decode_seqs: list[int]) -> int:
+    """Leading blocks that the tables of ``decode_seqs`` all share, short of each one's last
+    token (what the cascade may attend once for all); 0 with fewer than two."""
+    if len(decode_seqs) < 2:
+        return 0
+    lens = [layout.seq_lens[i] for i in decode_seqs]
+    num_blocks = -(-max(lens) // layout.block_size)
+    limit = (min(lens) - 1) // layout.block_size
+    return _leading_shared(layout.block_tables[decode_seqs, :num_blocks], limit)
+
+
+def cascade_blocks(shared_blocks: int, block_size: int) -> int:
+    """The shared blocks the decode kernel's cascade takes (0: too few to pay)."""
+    return shared_blocks if shared_blocks * block_size >= CASCADE_MIN_TOKENS else 0
 
 
 def _leading_shared(tables: np.ndarray, limit: int) -> int:
@@ -172,15 +184,14 @@ class CpuAttentionBackend:
             return
         k_scale, v_scale = kv_scales(cache)
         _, block_size, num_kv_heads, head_dim = key_cache.shape
-        skip = meta.decode_shared_blocks * block_size
+        shared = cascade_blocks(meta.decode_shared_blocks, block_size)
+        skip = shared * block_size
         prior: torch.Tensor | None = None
         prior_lse: torch.Tensor | None = None
-        if skip >= CASCADE_MIN_TOKENS:
+        if shared:
             prior, prior_lse = shared_prefix_attention(
-                query.index_select(0, rows), cache, blocks[0, : meta.decode_shared_blocks], scale
+                query.index_select(0, rows), cache, blocks[0, :shared], scale
             )
-        else:
-            skip = 0
         status = self._kernel(
             query.data_ptr(),
             query.stride(0),

@@ -36,6 +36,7 @@ from typing import Any
 import torch  # noqa: F401  (loads torch's OpenMP runtime before the kernels need one)
 
 from inference.cache_dir import default_cache_dir, private_subdir
+from inference.kernels.cpu.recording import recordable
 from inference.startup import phase
 
 log = logging.getLogger("inference.kernels")
@@ -214,10 +215,13 @@ def _load(library: Path) -> ctypes.CDLL:
 
 
 def _declare(name: str, lib: ctypes.CDLL) -> ctypes.CDLL:
+    """Give each function its signature, and make it recordable (recording.py): the
+    library's attribute becomes the wrapper, which every caller then looks up."""
     for function, argtypes in SIGNATURES[name].items():
         fn = getattr(lib, function)
         fn.argtypes = argtypes
         fn.restype = None if name == "layers" else ctypes.c_int
+        setattr(lib, function, recordable(fn))
     return lib
 
 

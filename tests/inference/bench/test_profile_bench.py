@@ -11,6 +11,7 @@ from inference.__main__ import main
 from inference.bench.probe import probe
 from inference.bench.profile import PHASES
 from tests.inference.checkpoints import make_checkpoint
+from tests.inference.engine.test_cpu_graphs import write_q4_model
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +58,26 @@ def test_splits_each_scenario_and_names_its_bound(
     assert len(reads) == 1
     matmul = [s["bound_ms"]["matmul_ms"] for s in result["scenarios"]]
     assert matmul[0] < matmul[1] < matmul[2]
+
+
+def test_a_replayed_decode_is_timed_as_served_and_split_eagerly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A kept-quantized model's decode steps replay a CPU decode graph: step_ms times them
+    so, and the split (hooks on the modules) comes from eager steps."""
+    model = write_q4_model(tmp_path)
+    capsys.readouterr()  # what writing it printed
+    assert main([*bench(model, "--no-probe", "--quantization", "gguf")]) == 0
+    decode_1, decode_4, prefill = json.loads(capsys.readouterr().out)["scenarios"]
+    for scenario in (decode_1, decode_4):
+        assert scenario["decode_graphs_recorded"] >= 1
+        assert scenario["step_ms"] > 0 and scenario["step_ms_eager"] > 0
+        assert scenario["phases_ms"]["forward"] > 0 and scenario["modules_ms"]
+    assert prefill["phases_ms"]["forward"] > 0
+    assert main([*bench(model, "--no-probe", "--quantization", "gguf", "--enforce-eager")]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["enforce_eager"] is True
+    assert all(s["decode_graphs_recorded"] == 0 for s in result["scenarios"])
 
 
 def test_without_the_probe_and_the_module_list_cut(

@@ -65,7 +65,7 @@ def test_a_damaged_library_is_built_again(
     with caplog.at_level(logging.INFO, logger="inference.kernels"):
         lib = build._build_and_load("paged_decode", ())
     assert "ignoring the cached kernel library" in caplog.text
-    assert lib.paged_decode_attention.argtypes  # declared: the rebuilt library works
+    assert lib.paged_decode_attention.__wrapped__.argtypes  # declared: the rebuilt library works
     assert library.read_bytes()[:4] == b"\x7fELF"
 
 
@@ -73,7 +73,7 @@ def test_without_a_cache_nothing_is_kept(tmp_path: Path, monkeypatch: pytest.Mon
     monkeypatch.setenv("INFERENCE_CACHE_DIR", "off")
     assert build.kernel_cache_dir() is None
     lib = build._build_and_load("paged_decode", ())
-    assert lib.paged_decode_attention.argtypes
+    assert lib.paged_decode_attention.__wrapped__.argtypes
     monkeypatch.setenv("INFERENCE_CACHE_DIR", str(tmp_path))
     assert build.kernel_cache_dir() == tmp_path / "kernels"
 

@@ -1,0 +1,197 @@
+"""CPU decode graphs: a decode step replayed from a recording of its kernel calls.
+
+A batch-1 decode step on the CPU spends more time in the Python around its kernels
+(module calls, checks, an allocation per output) than in the kernels: some 300 calls of a
+few microseconds each. The CPU's counterpart of a CUDA graph (cuda_graphs.py) is to record
+those calls once (inference/kernels/cpu/recording.py: the C kernels' calls, and the torch
+ops that compute, such as a float model's oneDNN matmuls) and then make the same calls on
+the same addresses each step, with nothing in between.
+
+- One recording per batch size up to `CPU_GRAPH_MAX_BATCH` (a size's recording keeps its
+  activations alive: about half a megabyte a row for SmolLM2 in bfloat16), made at the
+  second step of that size (the first runs eagerly, so any lazy set-up is done first). The
+  recording step is itself a real step: nothing is computed twice.
+- The graph reads fixed addresses: the step's inputs (the embedded tokens, the rotary
+  angles, slots, lengths and block tables, the tables as wide as the longest context a
+  sequence may reach) live in buffers that each step overwrites; the embedding and the
+  angles are computed eagerly into them.
+- It replays only what a recording can repeat: a pass that reads a value back into Python
+  or makes a tensor from Python values is not recorded (recording.py), and then that size
+  and every larger one run eagerly. Steps whose decodes share enough leading blocks for the
+  cascade (a shared system prompt: the eager path attends it once for the batch) run
+  eagerly too, as does anything but a pure decode.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+
+from inference.engine.step_inputs import StepInputs
+from inference.kernels.attention import AttentionBackend, KVCache, TorchAttentionMetadata
+from inference.kernels.cpu.backend import (
+    CpuAttentionBackend,
+    CpuAttentionMetadata,
+    cascade_blocks,
+    decode_shared_blocks,
+)
+from inference.kernels.cpu.recording import Recording, record
+from inference.model.llama import LlamaForCausalLM
+
+log = logging.getLogger("inference.engine")
+
+CPU_GRAPH_MAX_BATCH = 8
+# The scratch a recording may keep a row: a few MiB for a 70B model's activations, far less
+# than a pass that dequantizes whole weights (an FP8 layer's fallback) would keep.
+SCRATCH_BYTES_PER_ROW = 32 << 20
+
+
+class CpuDecodeGraph:
+    """One batch size's input buffers, the attention metadata over them, and (once
+    recorded) the kernel calls of a pass over them and its output."""
+
+    def __init__(self, size: int, max_blocks: int, block_size: int) -> None:
+        self.size = size
+        self.block_size = block_size
+        self.slots = torch.zeros(size, dtype=torch.int64)
+        self.lens = torch.zeros(size, dtype=torch.int64)
+        self.tables = torch.zeros((size, max_blocks), dtype=torch.int64)
+        self.meta = CpuAttentionMetadata(
+            TorchAttentionMetadata(
+                slot_mapping=self.slots,
+                query_start_loc=list(range(size + 1)),
+                seq_lens=[1] * size,  # the torch path's; a recorded pass never reads them
+                block_tables=self.tables,
+                block_size=block_size,
+                decode_seqs=list(range(size)),
+                decode_rows=torch.arange(size, dtype=torch.int64),
+                decode_lens=self.lens,
+                decode_blocks=self.tables,
+            )
+        )
+        self.hidden: torch.Tensor | None = None  # (size, hidden): the embedded tokens
+        self.cos: torch.Tensor | None = None
+        self.sin: torch.Tensor | None = None
+        self.recording: Recording | None = None
+        self.out: torch.Tensor | None = None
+
+    def stage(self, step: StepInputs, model: LlamaForCausalLM) -> None:
+        """Overwrite the buffers with ``step`` (its block tables fit: `can_run` checked)."""
+        self.slots.numpy()[:] = step.slots
+        self.lens.numpy()[:] = step.seq_lens
+        self.tables.numpy()[:, : step.block_tables.shape[1]] = step.block_tables
+        hidden = model.model.embed_tokens(torch.from_numpy(step.input_ids))
+        cos, sin = model.model.rotary.cos_sin(torch.from_numpy(step.positions), hidden.dtype)
+        if self.hidden is None or self.cos is None or self.sin is None:
+            self.hidden, self.cos, self.sin = hidden, cos, sin  # the first step's own
+            return
+        self.hidden.copy_(hidden)
+        self.cos.copy_(cos)
+        self.sin.copy_(sin)
+
+
+class CpuDecodeGraphRunner:
+    """Records and replays decode passes of a model on the CPU's C kernels."""
+
+    def __init__(
+        self,
+        model: LlamaForCausalLM,
+        kv_caches: list[KVCache],
+        *,
+        max_num_seqs: int,
+        max_model_len: int,
+        block_size: int,
+        max_batch: int = CPU_GRAPH_MAX_BATCH,
+    ) -> None:
+        self.model = model
+        self.kv_caches = kv_caches
+        self.block_size = block_size
+        self.max_blocks = -(-max_model_len // block_size)
+        self.largest = min(max_num_seqs, max_batch)  # lowered where a size cannot record
+        self._graphs: dict[int, CpuDecodeGraph] = {}
+        self._seen: set[int] = set()
+
+    @property
+    def enabled(self) -> bool:
+        return self.largest > 0
+
+    @property
+    def num_captured(self) -> int:
+        return sum(graph.recording is not None for graph in self._graphs.values())
+
+    def can_run(self, num_seqs: int, width: int) -> bool:
+        """Whether a pure decode step of ``num_seqs`` with ``width``-block tables may replay."""
+        return num_seqs <= self.largest and width <= self.max_blocks
+
+    def run(self, step: StepInputs) -> torch.Tensor | None:
+        """Final hidden states (n, hidden) of a pure decode step, or None to run it eagerly."""
+        size = step.num_seqs
+        if not step.is_pure_decode or not self.can_run(size, step.block_tables.shape[1]):
+            return None
+        if cascade_blocks(decode_shared_blocks(step, list(range(size))), self.block_size):
+            return None
+        graph = self._graphs.get(size)
+        if graph is None:
+            if size not in self._seen:  # the first step of a size runs eagerly
+                self._seen.add(size)
+                return None
+            graph = CpuDecodeGraph(size, self.max_blocks, self.block_size)
+            self._graphs[size] = graph
+        graph.stage(step, self.model)
+        if graph.recording is None:
+            return self._record(graph)
+        graph.recording.replay()
+        return graph.out
+
+    def _record(self, graph: CpuDecodeGraph) -> torch.Tensor:
+        """Run the staged step while recording it; keep the recording where it is usable."""
+        assert graph.hidden is not None and graph.cos is not None and graph.sin is not None
+        with record(SCRATCH_BYTES_PER_ROW * graph.size) as recording:
+            out = self.model.forward_layers(
+                graph.hidden, (graph.cos, graph.sin), self.kv_caches, graph.meta
+            )
+        if recording.usable:
+            graph.recording, graph.out = recording, out
+            log.info(
+                "recorded a CPU decode graph for batch %d: %d calls (%d of them torch ops)",
+                graph.size,
+                len(recording.calls),
+                recording.torch_ops,
+            )
+        else:
+            del self._graphs[graph.size]
+            self.largest = graph.size - 1
+            log.info(
+                "decode steps of %d or more sequences run eagerly: a recording cannot repeat "
+                "their pass (%s)",
+                graph.size,
+                recording.refused or "no calls",
+            )
+        return out
+
+
+def make_cpu_decode_graphs(
+    model: LlamaForCausalLM,
+    kv_caches: list[KVCache],
+    backend: AttentionBackend[Any],
+    *,
+    enforce_eager: bool,
+    max_num_seqs: int,
+    max_model_len: int | None,
+    block_size: int,
+    device: torch.device,
+) -> CpuDecodeGraphRunner | None:
+    """A runner where one can work: the CPU, its C attention backend, not ``enforce_eager``."""
+    if enforce_eager or device.type != "cpu" or max_model_len is None:
+        return None
+    if not isinstance(backend, CpuAttentionBackend):
+        return None
+    return CpuDecodeGraphRunner(
+        model,
+        kv_caches,
+        max_num_seqs=max_num_seqs,
+        max_model_len=max_model_len,
+        block_size=block_size,
+    )

@@ -1,0 +1,182 @@
+"""Record a forward pass's kernel calls, to replay them later without the Python around them.
+
+A batch-1 decode step on the CPU is some 300 calls of the C kernels in this package (and,
+for a model whose weights are not group-quantized, a matmul through oneDNN for each
+projection), each microseconds of arithmetic, and around them several times that in
+Python: nn.Module calls, shape checks, ``torch.empty`` for each output. `record` runs a
+forward pass once while noting, in order, every C kernel call (the ctypes function and its
+arguments, pointers included) and every torch op that computes (a dispatch mode sees them);
+`Recording.replay` calls the same kernels on the same addresses and reruns the same ops on
+the same tensors, copying each op's result into the tensor it returned the first time, so
+the ops after it read it where they read it then.
+
+Allowed as they are: allocations (kept alive with the recording, so their addresses stay
+the pass's scratch space) and views that share their input's storage (``reshape`` may
+copy: that is an op to rerun). A recording is unusable (`Recording.refused` says why) where
+the pass did what a replay cannot repeat: an op whose result is not a tensor (``.item()``,
+a comparison read by Python: the pass branched on data), one that makes a tensor from
+Python values alone (``torch.tensor(list)``, ``arange(n)``: those values were the step's),
+a random op, or more scratch than it was allowed (`MAX_SCRATCH_BYTES` by default). The
+pass itself always runs to the end, and its result is the real one either way.
+
+What the recording reads from outside (the pass's inputs, the KV pools, the weights) must
+stay at the same addresses and be overwritten in place between replays, and the Python
+around the kernels must not branch on a step's values that are not in those tensors;
+inference/engine/cpu_graphs.py keeps to both. One thread records at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import partial
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+KernelCall = tuple[Callable[..., Any], tuple[Any, ...]]
+
+# A recording keeps every tensor its pass allocated: a pass that allocates more than this
+# (by default; a quantized layer's fallback dequantizing its whole weight, say) is not
+# worth keeping.
+MAX_SCRATCH_BYTES = 256 << 20
+
+_active: list[KernelCall] | None = None  # the recording in progress, if any
+
+# Allocations a recorded pass may make (their memory is the pass's scratch space).
+_ALLOCATIONS = {
+    torch.ops.aten.empty.memory_format,
+    torch.ops.aten.empty_like.default,
+    torch.ops.aten.empty_strided.default,
+}
+
+# How torch.tensor, as_tensor and from_numpy bring Python's (or numpy's) values in.
+_FROM_PYTHON = {torch.ops.aten.lift_fresh.default, torch.ops.aten.lift_fresh_copy.default}
+
+
+def recordable(function: Any) -> Callable[..., Any]:
+    """``function`` (a ctypes function of a kernel library) as build.py hands it out: called
+    as before, and noted while a `record` is in progress."""
+
+    def call(*args: Any) -> Any:
+        if _active is not None:
+            _active.append((function, args))
+        return function(*args)
+
+    call.__name__ = call.__qualname__ = getattr(function, "__name__", "kernel")
+    call.__wrapped__ = function  # type: ignore[attr-defined]
+    return call
+
+
+class Recording:
+    """The kernel calls and torch ops of one pass, in order, and what they need kept alive."""
+
+    def __init__(self, max_scratch_bytes: int = MAX_SCRATCH_BYTES) -> None:
+        self.calls: list[KernelCall] = []
+        self.max_scratch_bytes = max_scratch_bytes
+        self.refused: str | None = None  # why a replay would not repeat the pass
+        self.scratch: list[torch.Tensor] = []  # every tensor the pass allocated
+        self.scratch_bytes = 0
+        self.torch_ops = 0  # of the calls, how many rerun a torch op
+
+    @property
+    def usable(self) -> bool:
+        return self.refused is None and bool(self.calls)
+
+    def refuse(self, reason: str) -> None:
+        if self.refused is None:
+            self.refused = reason
+
+    def check_scratch(self) -> None:
+        if self.scratch_bytes > self.max_scratch_bytes:
+            self.refuse(f"the pass allocates over {self.max_scratch_bytes / 2**20:g} MiB")
+
+    def replay(self) -> None:
+        """Call every recorded kernel and op again, in order; RuntimeError if a kernel
+        reports a failure (the kernels return 0 on success, the layer kernels nothing)."""
+        for function, args in self.calls:
+            status = function(*args)
+            if status:
+                name = getattr(function, "__name__", "kernel")
+                raise RuntimeError(f"replayed kernel {name} failed with status {status}")
+
+
+def _rerun(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
+    """Run a recorded torch op again and put its result where the first run's went."""
+    result = func(*args, **kwargs)
+    if isinstance(out, torch.Tensor):
+        if result is not out:  # an in-place op (or out=) has written there already
+            out.copy_(result)
+        return
+    for target, value in zip(out, result, strict=True):
+        if value is not target:
+            target.copy_(value)
+
+
+class _Watch(TorchDispatchMode):
+    """Sorts each torch op of the pass: an allocation (kept), a view (nothing to do), an op
+    to rerun (noted in order among the kernel calls), or one a replay cannot repeat."""
+
+    def __init__(self, recording: Recording) -> None:
+        super().__init__()
+        self.recording = recording
+
+    def __torch_dispatch__(
+        self,
+        func: Any,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        recording = self.recording
+        if func in _ALLOCATIONS:
+            recording.scratch.append(out)
+            recording.scratch_bytes += out.untyped_storage().nbytes()
+            recording.check_scratch()
+            return out
+        inputs = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)]
+        outs = out if isinstance(out, (list, tuple)) else (out,)
+        if func in _FROM_PYTHON:  # (an alias of its input, the values made in Python)
+            recording.refuse(f"{func} made a tensor from Python values")
+            return out
+        if getattr(func, "is_view", False) and inputs and _aliases(outs, inputs[0]):
+            return out
+        if not all(isinstance(o, torch.Tensor) for o in outs):
+            recording.refuse(f"{func} gave Python a value")
+        elif not inputs:
+            recording.refuse(f"{func} made a tensor from Python values")
+        elif torch.Tag.nondeterministic_seeded in getattr(func, "tags", ()):
+            recording.refuse(f"{func} is random")
+        else:
+            recording.calls.append((partial(_rerun, func, args, kwargs, out), ()))
+            recording.torch_ops += 1
+            fresh = [o for o in outs if not any(o is i for i in inputs)]
+            recording.scratch_bytes += sum(o.untyped_storage().nbytes() for o in fresh)
+        recording.check_scratch()
+        return out
+
+
+def _aliases(outs: tuple[Any, ...] | list[Any], base: torch.Tensor) -> bool:
+    storage = base.untyped_storage().data_ptr()
+    return all(
+        isinstance(o, torch.Tensor) and o.untyped_storage().data_ptr() == storage for o in outs
+    )
+
+
+@contextmanager
+def record(max_scratch_bytes: int = MAX_SCRATCH_BYTES) -> Iterator[Recording]:
+    """Note every kernel call and torch op of the code run inside (see the module)."""
+    global _active
+    if _active is not None:
+        raise RuntimeError("a recording is already in progress")
+    recording = Recording(max_scratch_bytes)
+    _active = recording.calls
+    try:
+        with _Watch(recording):
+            yield recording
+    finally:
+        _active = None
