@@ -22,11 +22,12 @@ pass itself always runs to the end, and its result is the real one either way.
 What the recording reads from outside (the pass's inputs, the KV pools, the weights) must
 stay at the same addresses and be overwritten in place between replays, and the Python
 around the kernels must not branch on a step's values that are not in those tensors;
-inference/engine/cpu_graphs.py keeps to both. One thread records at a time.
+inference/engine/cpu_graphs.py keeps to both.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -43,7 +44,14 @@ KernelCall = tuple[Callable[..., Any], tuple[Any, ...]]
 # worth keeping.
 MAX_SCRATCH_BYTES = 256 << 20
 
-_active: list[KernelCall] | None = None  # the recording in progress, if any
+
+class _Active(threading.local):
+    calls: list[KernelCall] | None = None  # this thread's recording in progress, if any
+
+
+# Per thread, as torch's dispatch modes are: an engine stepping in another thread of the
+# same process (a test's second engine) neither lands in a recording nor disturbs it.
+_active = _Active()
 
 # Allocations a recorded pass may make (their memory is the pass's scratch space).
 _ALLOCATIONS = {
@@ -61,8 +69,9 @@ def recordable(function: Any) -> Callable[..., Any]:
     as before, and noted while a `record` is in progress."""
 
     def call(*args: Any) -> Any:
-        if _active is not None:
-            _active.append((function, args))
+        calls = _active.calls
+        if calls is not None:
+            calls.append((function, args))
         return function(*args)
 
     call.__name__ = call.__qualname__ = getattr(function, "__name__", "kernel")
@@ -170,13 +179,12 @@ def _aliases(outs: tuple[Any, ...] | list[Any], base: torch.Tensor) -> bool:
 @contextmanager
 def record(max_scratch_bytes: int = MAX_SCRATCH_BYTES) -> Iterator[Recording]:
     """Note every kernel call and torch op of the code run inside (see the module)."""
-    global _active
-    if _active is not None:
+    if _active.calls is not None:
         raise RuntimeError("a recording is already in progress")
     recording = Recording(max_scratch_bytes)
-    _active = recording.calls
+    _active.calls = recording.calls
     try:
         with _Watch(recording):
             yield recording
     finally:
-        _active = None
+        _active.calls = None

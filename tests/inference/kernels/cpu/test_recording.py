@@ -3,6 +3,7 @@ makes a recording unusable, and replays on the recorded addresses."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -94,6 +95,16 @@ def test_a_recording_keeps_to_the_scratch_it_was_allowed(kernels: CpuLayerKernel
         kernels.rms_norm(kernels.rms_norm(x, weight, 1e-6), weight, 1e-6)
     assert fits.usable and fits.scratch_bytes == 512
     assert not over.usable and "the pass allocates over" in (over.refused or "")
+
+
+def test_another_threads_calls_stay_out_of_a_recording(kernels: CpuLayerKernels) -> None:
+    x, weight = torch.randn(2, 32), torch.ones(32)
+    with record() as recording:
+        other = threading.Thread(target=lambda: kernels.rms_norm(x + 1, weight, 1e-6))
+        other.start()
+        other.join()
+        kernels.rms_norm(x, weight, 1e-6)
+    assert len(recording.calls) == 1 and recording.usable  # nor did its add count
 
 
 def test_recordings_do_not_nest() -> None:
