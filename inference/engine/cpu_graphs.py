@@ -20,6 +20,8 @@ the same addresses each step, with nothing in between.
   and every larger one run eagerly. Steps whose decodes share enough leading blocks for the
   cascade (a shared system prompt: the eager path attends it once for the batch) run
   eagerly too, as does anything but a pure decode.
+- A change of the model's paths (`set_layer_kernels`, `set_attention_backend`: its
+  ``revision``) drops every recording; the weights and KV pools must stay where they are.
 """
 
 from __future__ import annotations
@@ -109,9 +111,11 @@ class CpuDecodeGraphRunner:
         self.kv_caches = kv_caches
         self.block_size = block_size
         self.max_blocks = -(-max_model_len // block_size)
-        self.largest = min(max_num_seqs, max_batch)  # lowered where a size cannot record
+        self._sizes = min(max_num_seqs, max_batch)
+        self.largest = self._sizes  # lowered where a size cannot record
         self._graphs: dict[int, CpuDecodeGraph] = {}
         self._seen: set[int] = set()
+        self._revision = model.revision
 
     @property
     def enabled(self) -> bool:
@@ -127,6 +131,10 @@ class CpuDecodeGraphRunner:
 
     def run(self, step: StepInputs) -> torch.Tensor | None:
         """Final hidden states (n, hidden) of a pure decode step, or None to run it eagerly."""
+        if self.model.revision != self._revision:  # new paths: the recordings are of the old
+            self._graphs.clear()
+            self._seen.clear()
+            self.largest, self._revision = self._sizes, self.model.revision
         size = step.num_seqs
         if not step.is_pure_decode or not self.can_run(size, step.block_tables.shape[1]):
             return None

@@ -179,6 +179,9 @@ class LlamaForCausalLM(nn.Module):
         device = torch.device(device)
         self.config = config
         self.dtype = dtype
+        # Counts the changes of path below (kernels, attention backend): a recorded decode
+        # graph (inference/engine/cpu_graphs.py) is of the paths it saw, and is dropped.
+        self.revision = 0
         backend = attention_backend or TorchAttentionBackend()
         self.model = LlamaModel(config, backend, dtype, device)
         self.lm_head: Linear | None = None
@@ -225,6 +228,7 @@ class LlamaForCausalLM(nn.Module):
     def set_layer_kernels(self, kernels: CpuLayerKernels | None) -> None:
         """Let the norms, rotary, SiLU-and-multiply, FP8 dequantizing and group-quantized
         matmuls run the fused CPU kernels (None: off)."""
+        self.revision += 1
         users = (RMSNorm, LlamaAttention, LlamaMLP, Fp8Linear, Fp8Embedding, GroupQuantWeights)
         for module in self.modules():
             if isinstance(module, users):
@@ -232,6 +236,7 @@ class LlamaForCausalLM(nn.Module):
 
     def set_attention_backend(self, backend: AttentionBackend[Any]) -> None:
         """Let every layer attend through ``backend`` (the engine picks it per device)."""
+        self.revision += 1
         for module in self.modules():
             if isinstance(module, LlamaAttention):
                 module.backend = backend

@@ -113,6 +113,20 @@ def test_a_pass_a_replay_cannot_repeat_runs_eagerly(
     assert runner.num_captured == 0 and runner.largest == 0 and not runner.enabled
 
 
+def test_a_change_of_the_models_paths_drops_the_recordings(q4_file: Path) -> None:
+    with LLM(str(q4_file), quantization="gguf", dtype="float32", max_model_len=128,
+             progress=False) as llm:  # fmt: skip
+        runner = graphs_of(llm)
+        generate(llm, [TEXT[:30]], 6)
+        recording = runner._graphs[1].recording
+        assert recording is not None and recording.torch_ops == 0  # all C kernels
+        llm.engine.runner.model.set_layer_kernels(None)  # the layers' torch code from now on
+        again = generate(llm, [TEXT[:30]], 6)  # its decodes: eager, recorded, replayed
+        recording = runner._graphs[1].recording
+        assert recording is not None and recording.torch_ops > 0  # the torch code's ops
+        assert generate(llm, [TEXT[:30]], 6) == again
+
+
 def test_shared_prefix_decodes_take_the_cascade_not_the_graph(q4_file: Path) -> None:
     """Decodes sharing 64 or more leading tokens attend them once (the cascade), which a
     recording cannot follow: that step runs eagerly."""
