@@ -60,6 +60,7 @@ SOURCE_FLAGS = {
     "quant_linear": (),
     # Quantizes activations with float arithmetic the tests repeat in torch: kept exact.
     "quant_linear_q8": ("-fno-fast-math",),
+    "replay": (),
 }
 
 _p, _i64, _i32, _f32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
@@ -103,6 +104,9 @@ SIGNATURES: dict[str, dict[str, list[type[Any]]]] = {
         "quant_linear_q8_available": [],
         # as quant_linear
         "quant_linear_q8": [_p, _i64, _i32, _i64, _p, _p, _p, _i64, _i32, _i32, _i32, _p, _i32],
+    },
+    "replay": {
+        "replay_calls": [_p, _i64],  # recorded calls (recording.py), how many
     },
 }
 

@@ -6,9 +6,10 @@ projection), each microseconds of arithmetic, and around them several times that
 Python: nn.Module calls, shape checks, ``torch.empty`` for each output. `record` runs a
 forward pass once while noting, in order, every C kernel call (the ctypes function and its
 arguments, pointers included) and every torch op that computes (a dispatch mode sees them);
-`Recording.replay` calls the same kernels on the same addresses and reruns the same ops on
-the same tensors, copying each op's result into the tensor it returned the first time, so
-the ops after it read it where they read it then.
+`Recording.replay` calls the same kernels on the same addresses (each run of them in one
+call of replay.c, which calls them from C) and reruns the same ops on the same tensors,
+copying each op's result into the tensor it returned the first time, so the ops after it
+read it where they read it then.
 
 Allowed as they are: allocations (kept alive with the recording, so their addresses stay
 the pass's scratch space) and views that share their input's storage (``reshape`` may
@@ -27,6 +28,8 @@ inference/engine/cpu_graphs.py keeps to both.
 
 from __future__ import annotations
 
+import ctypes
+import logging
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -38,6 +41,31 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 KernelCall = tuple[Callable[..., Any], tuple[Any, ...]]
+
+# The kernels replay.c calls itself, by name: its kind and its parameters' pattern (p a
+# pointer, q int64, i int, f float; a test holds it to build.py's SIGNATURES). A run of
+# these in a recording replays in one call from Python; any other call goes through ctypes.
+REPLAY_KINDS: dict[str, tuple[int, str]] = {
+    "rms_norm": (0, "pqppqifii"),
+    "add_rms_norm": (1, "pqpppqifii"),
+    "silu_and_mul": (2, "pqpqiii"),
+    "rotary": (3, "pqpppqiiii"),
+    "store_kv": (4, "pqpqippipqiqffi"),
+    "paged_decode_attention": (5, "pqpqipppipqpqiiiifffqppi"),
+    "quant_linear": (6, "pqiqpppqiiipi"),
+    "quant_linear_q8": (6, "pqiqpppqiiipi"),
+}
+MAX_INTS, MAX_FLOATS = 24, 4  # replay.c's kernel_call
+
+
+class _ReplayedCall(ctypes.Structure):
+    _fields_ = [
+        ("fn", ctypes.c_void_p),
+        ("kind", ctypes.c_int64),
+        ("i", ctypes.c_int64 * MAX_INTS),
+        ("f", ctypes.c_float * MAX_FLOATS),
+    ]
+
 
 # A recording keeps every tensor its pass allocated: a pass that allocates more than this
 # (by default; a quantized layer's fallback dequantizing its whole weight, say) is not
@@ -54,6 +82,8 @@ class _Active(threading.local):
 _active = _Active()
 
 # Allocations a recorded pass may make (their memory is the pass's scratch space).
+log = logging.getLogger("inference.kernels")
+
 _ALLOCATIONS = {
     torch.ops.aten.empty.memory_format,
     torch.ops.aten.empty_like.default,
@@ -89,6 +119,7 @@ class Recording:
         self.scratch: list[torch.Tensor] = []  # every tensor the pass allocated
         self.scratch_bytes = 0
         self.torch_ops = 0  # of the calls, how many rerun a torch op
+        self._program: list[Callable[[], None]] | None = None  # `replay`'s, made at its first
 
     @property
     def usable(self) -> bool:
@@ -105,11 +136,78 @@ class Recording:
     def replay(self) -> None:
         """Call every recorded kernel and op again, in order; RuntimeError if a kernel
         reports a failure (the kernels return 0 on success, the layer kernels nothing)."""
-        for function, args in self.calls:
-            status = function(*args)
-            if status:
-                name = getattr(function, "__name__", "kernel")
-                raise RuntimeError(f"replayed kernel {name} failed with status {status}")
+        if self._program is None:
+            self._program = _compile(self.calls)
+        for step in self._program:
+            step()
+
+
+def _compile(calls: list[KernelCall]) -> list[Callable[[], None]]:
+    """The calls as `replay` makes them: each run of kernels replay.c knows as one call of
+    it (when it builds), everything else one by one."""
+    replay_calls = _replay_library()
+    program: list[Callable[[], None]] = []
+    run: list[KernelCall] = []
+    for call in calls:
+        name = getattr(call[0], "__name__", "")
+        if replay_calls is not None and name in REPLAY_KINDS:
+            run.append(call)
+            continue
+        if run:
+            program.append(_batched(replay_calls, run))
+            run = []
+        program.append(partial(_call, *call))
+    if run:
+        program.append(_batched(replay_calls, run))
+    return program
+
+
+def _call(function: Callable[..., Any], args: tuple[Any, ...]) -> None:
+    status = function(*args)
+    if status:
+        name = getattr(function, "__name__", "kernel")
+        raise RuntimeError(f"replayed kernel {name} failed with status {status}")
+
+
+def _batched(replay_calls: Any, run: list[KernelCall]) -> Callable[[], None]:
+    """One call of replay.c for ``run``: the calls packed as its kernel_call structs."""
+    packed = (_ReplayedCall * len(run))()
+    names = []
+    function: Any
+    for slot, (function, args) in zip(packed, run, strict=True):
+        name = function.__name__
+        kind, pattern = REPLAY_KINDS[name]
+        if len(args) != len(pattern):
+            raise ValueError(f"{name} was called with {len(args)} arguments, not {len(pattern)}")
+        slot.fn = ctypes.cast(function, ctypes.c_void_p).value
+        slot.kind = kind
+        ints = [int(a or 0) for a, p in zip(args, pattern, strict=True) if p != "f"]
+        floats = [float(a) for a, p in zip(args, pattern, strict=True) if p == "f"]
+        slot.i[: len(ints)] = ints
+        slot.f[: len(floats)] = floats
+        names.append(name)
+    address, count = ctypes.addressof(packed), len(run)
+
+    def replay_run() -> None:
+        failed = replay_calls(address, count)
+        if failed:
+            raise RuntimeError(f"replayed kernel {names[failed - 1]} failed")
+
+    replay_run.packed = packed  # type: ignore[attr-defined]  # the structs live as long
+    return replay_run
+
+
+def _replay_library() -> Any:
+    """replay.c's ``replay_calls`` (unwrapped: replays are not recorded), or None where it
+    does not build (the calls then go one by one through ctypes)."""
+    from inference.kernels.cpu.build import KernelBuildError, load_library
+
+    try:
+        function = load_library("replay").replay_calls
+    except KernelBuildError as error:
+        log.warning("replaying recorded kernel calls one by one: %s", error)
+        return None
+    return getattr(function, "__wrapped__", function)
 
 
 def _rerun(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:

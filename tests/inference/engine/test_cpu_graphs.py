@@ -80,6 +80,10 @@ def test_replayed_decode_steps_give_the_eager_tokens_and_logprobs(
     assert graphs == eager  # the same kernels on the same inputs: bitwise the same
     assert runner.num_captured == 2 and runner.largest == 8
     assert {1, 3} == {size for size, graph in runner._graphs.items() if graph.recording}
+    recording = runner._graphs[1].recording
+    assert recording is not None and recording._program is not None
+    (run,) = recording._program  # every call of the pass, one call of replay.c
+    assert len(getattr(run, "packed", ())) == len(recording.calls)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

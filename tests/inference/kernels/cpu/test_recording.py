@@ -3,6 +3,7 @@ makes a recording unusable, and replays on the recorded addresses."""
 
 from __future__ import annotations
 
+import ctypes
 import threading
 from typing import Any
 
@@ -10,9 +11,9 @@ import pytest
 import torch
 
 from inference.kernels.cpu.backend import CpuAttentionBackend
-from inference.kernels.cpu.build import load_kv_store, load_paged_decode
+from inference.kernels.cpu.build import SIGNATURES, load_kv_store, load_paged_decode
 from inference.kernels.cpu.layers import CpuLayerKernels, load_layer_kernels
-from inference.kernels.cpu.recording import record
+from inference.kernels.cpu.recording import MAX_FLOATS, MAX_INTS, REPLAY_KINDS, record
 from inference.kernels.kv_cache import KVCache
 
 
@@ -125,5 +126,38 @@ def test_a_replayed_kernel_that_fails_raises() -> None:
         backend.write_kv(key, value, cache, slots)
     assert recording.usable and torch.equal(cache[0].view(-1, 2, 16)[5], key[0])
     slots[0] = 4 * 8  # past the pool: the kernel refuses it
-    with pytest.raises(RuntimeError, match="store_kv failed with status"):
+    with pytest.raises(RuntimeError, match="replayed kernel store_kv failed"):
         recording.replay()
+
+
+PATTERN = {ctypes.c_void_p: "p", ctypes.c_int64: "q", ctypes.c_int: "i", ctypes.c_float: "f"}
+
+
+def test_replay_c_takes_each_kernel_as_build_declares_it() -> None:
+    """replay.c's prototypes (REPLAY_KINDS' patterns) are build.py's SIGNATURES."""
+    declared = {
+        name: types for functions in SIGNATURES.values() for name, types in functions.items()
+    }
+    for name, (_, pattern) in REPLAY_KINDS.items():
+        assert "".join(PATTERN[t] for t in declared[name]) == pattern, name
+        assert pattern.count("f") <= MAX_FLOATS and len(pattern) - pattern.count("f") <= MAX_INTS
+
+
+def test_runs_of_kernels_replay_in_one_call_and_the_rest_one_by_one(
+    kernels: CpuLayerKernels,
+) -> None:
+    x, weight = torch.randn(4, 32), torch.ones(32)
+    with record() as recording:
+        y = kernels.rms_norm(x, weight, 1e-6)
+        y = kernels.rms_norm(y, weight, 1e-6)  # a run of two
+        kernels.dequantize_fp8(torch.zeros(4, 32, dtype=torch.float8_e4m3fn), None, torch.float32)
+        z = y * 2  # a torch op between
+        out = kernels.rms_norm(z, weight, 1e-6)
+    recording.replay()
+    program = recording._program
+    assert program is not None and len(program) == 4  # [run of 2], fp8, torch op, [run of 1]
+    assert [len(getattr(step, "packed", ())) for step in program] == [2, 0, 0, 1]
+    x.copy_(torch.randn(4, 32))
+    recording.replay()
+    want = kernels.rms_norm(kernels.rms_norm(x, weight, 1e-6), weight, 1e-6) * 2
+    assert torch.equal(out, kernels.rms_norm(want, weight, 1e-6))
