@@ -81,9 +81,9 @@ class _Active(threading.local):
 # same process (a test's second engine) neither lands in a recording nor disturbs it.
 _active = _Active()
 
-# Allocations a recorded pass may make (their memory is the pass's scratch space).
 log = logging.getLogger("inference.kernels")
 
+# Allocations a recorded pass may make (their memory is the pass's scratch space).
 _ALLOCATIONS = {
     torch.ops.aten.empty.memory_format,
     torch.ops.aten.empty_like.default,
