@@ -56,7 +56,6 @@ class CpuDecodeGraph:
 
     def __init__(self, size: int, max_blocks: int, block_size: int) -> None:
         self.size = size
-        self.block_size = block_size
         self.slots = torch.zeros(size, dtype=torch.int64)
         self.lens = torch.zeros(size, dtype=torch.int64)
         self.tables = torch.zeros((size, max_blocks), dtype=torch.int64)
