@@ -7,10 +7,17 @@ those calls once (inference/kernels/cpu/recording.py: the C kernels' calls, and 
 ops that compute, such as a float model's oneDNN matmuls) and then make the same calls on
 the same addresses each step, with nothing in between.
 
-- One recording per batch size up to `CPU_GRAPH_MAX_BATCH` (a size's recording keeps its
-  activations alive: about half a megabyte a row for SmolLM2 in bfloat16), made at the
-  second step of that size (the first runs eagerly, so any lazy set-up is done first). The
-  recording step is itself a real step: nothing is computed twice.
+- One recording per graph size (`cpu_graph_sizes`: every size up to 8, then every eighth
+  up to `CPU_GRAPH_MAX_BATCH`); a step of n decodes replays the smallest size that holds
+  it, the extra rows padded so that they write no KV (slot -1) and attend to one token of
+  block 0 (the kernel asks every sequence for a token). A kept-quantized model's sizes
+  stop where its layers stop multiplying in place (`LlamaForCausalLM.rows_in_place`).
+- A size records at its second step (the first runs eagerly, so any lazy set-up is done
+  first); the recording step is itself a real step: nothing is computed twice. Its
+  activations then move into one buffer whose bytes each tensor shares with others not
+  live at the same time (inference/kernels/cpu/arena.py: about 9 KB a row for SmolLM2 in
+  bfloat16, against 0.53 MiB as allocated); all sizes together keep at most
+  `CPU_GRAPH_MEMORY_BYTES`, past which a size runs eagerly.
 - The graph reads fixed addresses: the step's inputs (the embedded tokens, the rotary
   angles, slots, lengths and block tables, the tables as wide as the longest context a
   sequence may reach) live in buffers that each step overwrites; the embedding and the
@@ -29,10 +36,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import numpy as np
 import torch
 
 from inference.engine.step_inputs import StepInputs
 from inference.kernels.attention import AttentionBackend, KVCache, TorchAttentionMetadata
+from inference.kernels.cpu.arena import compact
 from inference.kernels.cpu.backend import (
     CpuAttentionBackend,
     CpuAttentionMetadata,
@@ -44,10 +53,26 @@ from inference.model.llama import LlamaForCausalLM
 
 log = logging.getLogger("inference.engine")
 
-CPU_GRAPH_MAX_BATCH = 8
+CPU_GRAPH_MAX_BATCH = 64
+# What all sizes' recordings may keep alive together; a size that would pass it runs eagerly.
+CPU_GRAPH_MEMORY_BYTES = 256 << 20
 # The scratch a recording may keep a row: a few MiB for a 70B model's activations, far less
 # than a pass that dequantizes whole weights (an FP8 layer's fallback) would keep.
 SCRATCH_BYTES_PER_ROW = 32 << 20
+
+
+def cpu_graph_sizes(max_num_seqs: int, limit: int = CPU_GRAPH_MAX_BATCH) -> list[int]:
+    """Every size up to 8 (small batches, the common case when serving, replay with no
+    padding row), then every eighth (at most 7 padding rows), ending at
+    min(max_num_seqs, limit)."""
+    largest = min(max_num_seqs, limit)
+    sizes = [*range(1, 9), *range(16, largest, 8)]
+    return [size for size in sizes if size < largest] + [largest] if largest > 0 else []
+
+
+def padded_size(num_seqs: int, sizes: list[int]) -> int | None:
+    """The smallest graph size that holds ``num_seqs`` decodes; None when none does."""
+    return next((size for size in sizes if size >= num_seqs), None)
 
 
 class CpuDecodeGraph:
@@ -79,12 +104,20 @@ class CpuDecodeGraph:
         self.out: torch.Tensor | None = None
 
     def stage(self, step: StepInputs, model: LlamaForCausalLM) -> None:
-        """Overwrite the buffers with ``step`` (its block tables fit: `can_run` checked)."""
-        self.slots.numpy()[:] = step.slots
-        self.lens.numpy()[:] = step.seq_lens
-        self.tables.numpy()[:, : step.block_tables.shape[1]] = step.block_tables
-        hidden = model.model.embed_tokens(torch.from_numpy(step.input_ids))
-        cos, sin = model.model.rotary.cos_sin(torch.from_numpy(step.positions), hidden.dtype)
+        """Overwrite the buffers with ``step`` (its block tables fit: `can_run` checked),
+        padded to the graph's size: padding rows feed token 0 at position 0, write no KV
+        (slot -1) and attend to the first token of block 0 (length 1)."""
+        n = step.num_seqs
+        slots, lens, tables = self.slots.numpy(), self.lens.numpy(), self.tables.numpy()
+        slots[:n], slots[n:] = step.slots, -1
+        lens[:n], lens[n:] = step.seq_lens, 1
+        tables[:n, : step.block_tables.shape[1]] = step.block_tables
+        tables[n:, 0] = 0
+        ids = np.zeros(self.size, dtype=np.int64)
+        positions = np.zeros(self.size, dtype=np.int64)
+        ids[:n], positions[:n] = step.input_ids, step.positions
+        hidden = model.model.embed_tokens(torch.from_numpy(ids))
+        cos, sin = model.model.rotary.cos_sin(torch.from_numpy(positions), hidden.dtype)
         if self.hidden is None or self.cos is None or self.sin is None:
             self.hidden, self.cos, self.sin = hidden, cos, sin  # the first step's own
             return
@@ -105,16 +138,31 @@ class CpuDecodeGraphRunner:
         max_model_len: int,
         block_size: int,
         max_batch: int = CPU_GRAPH_MAX_BATCH,
+        memory_bytes: int = CPU_GRAPH_MEMORY_BYTES,
     ) -> None:
         self.model = model
         self.kv_caches = kv_caches
         self.block_size = block_size
         self.max_blocks = -(-max_model_len // block_size)
-        self._sizes = min(max_num_seqs, max_batch)
-        self.largest = self._sizes  # lowered where a size cannot record
+        self.memory_bytes = memory_bytes
+        self._max_batch = min(max_num_seqs, max_batch)
         self._graphs: dict[int, CpuDecodeGraph] = {}
         self._seen: set[int] = set()
-        self._revision = model.revision
+        self._over_budget: set[int] = set()  # sizes whose recording would pass memory_bytes
+        self._reset()
+
+    def _reset(self) -> None:
+        """Forget every recording; sizes up to what the model's passes multiply in place
+        (a kept-quantized layer past its kernel's rows copies its weight each call: a
+        recording would keep every layer's copy, for little)."""
+        self._graphs.clear()
+        self._seen.clear()
+        self._over_budget.clear()
+        in_place = self.model.rows_in_place()
+        limit = self._max_batch if in_place is None else min(self._max_batch, in_place)
+        self.sizes = cpu_graph_sizes(limit)
+        self.largest = self.sizes[-1] if self.sizes else 0  # lowered where a size cannot record
+        self._revision = self.model.revision
 
     @property
     def enabled(self) -> bool:
@@ -124,6 +172,11 @@ class CpuDecodeGraphRunner:
     def num_captured(self) -> int:
         return sum(graph.recording is not None for graph in self._graphs.values())
 
+    @property
+    def kept_bytes(self) -> int:
+        """The scratch all recordings keep alive."""
+        return sum(g.recording.scratch_bytes for g in self._graphs.values() if g.recording)
+
     def can_run(self, num_seqs: int, width: int) -> bool:
         """Whether a pure decode step of ``num_seqs`` with ``width``-block tables may replay."""
         return num_seqs <= self.largest and width <= self.max_blocks
@@ -131,13 +184,14 @@ class CpuDecodeGraphRunner:
     def run(self, step: StepInputs) -> torch.Tensor | None:
         """Final hidden states (n, hidden) of a pure decode step, or None to run it eagerly."""
         if self.model.revision != self._revision:  # new paths: the recordings are of the old
-            self._graphs.clear()
-            self._seen.clear()
-            self.largest, self._revision = self._sizes, self.model.revision
-        size = step.num_seqs
-        if not step.is_pure_decode or not self.can_run(size, step.block_tables.shape[1]):
+            self._reset()
+        n = step.num_seqs
+        if not step.is_pure_decode or not self.can_run(n, step.block_tables.shape[1]):
             return None
-        if cascade_blocks(decode_shared_blocks(step, list(range(size))), self.block_size):
+        if cascade_blocks(decode_shared_blocks(step, list(range(n))), self.block_size):
+            return None
+        size = padded_size(n, self.sizes)
+        if size is None or size in self._over_budget:
             return None
         graph = self._graphs.get(size)
         if graph is None:
@@ -148,9 +202,10 @@ class CpuDecodeGraphRunner:
             self._graphs[size] = graph
         graph.stage(step, self.model)
         if graph.recording is None:
-            return self._record(graph)
+            return self._record(graph)[:n]
         graph.recording.replay()
-        return graph.out
+        assert graph.out is not None
+        return graph.out[:n]
 
     def _record(self, graph: CpuDecodeGraph) -> torch.Tensor:
         """Run the staged step while recording it; keep the recording where it is usable."""
@@ -159,23 +214,38 @@ class CpuDecodeGraphRunner:
             out = self.model.forward_layers(
                 graph.hidden, (graph.cos, graph.sin), self.kv_caches, graph.meta
             )
-        if recording.usable:
-            graph.recording, graph.out = recording, out
-            log.info(
-                "recorded a CPU decode graph for batch %d: %d calls (%d of them torch ops)",
-                graph.size,
-                len(recording.calls),
-                recording.torch_ops,
-            )
-        else:
+        if not recording.usable:
             del self._graphs[graph.size]
-            self.largest = graph.size - 1
+            self.largest = max((size for size in self.sizes if size < graph.size), default=0)
             log.info(
                 "decode steps of %d or more sequences run eagerly: a recording cannot repeat "
                 "their pass (%s)",
                 graph.size,
                 recording.refused or "no calls",
             )
+            return out
+        # Replays from now on write the activations into one buffer, its bytes reused.
+        (graph.out,) = compact(recording, [out])
+        if self.kept_bytes + recording.scratch_bytes > self.memory_bytes:
+            del self._graphs[graph.size]
+            self._over_budget.add(graph.size)
+            log.info(
+                "decode steps of batch size %d run eagerly: their recording (%.1f MiB) would "
+                "pass the %d MiB the CPU decode graphs may keep",
+                graph.size,
+                recording.scratch_bytes / 2**20,
+                self.memory_bytes >> 20,
+            )
+            return out
+        graph.recording = recording
+        log.info(
+            "recorded a CPU decode graph for batch %d: %d calls (%d of them torch ops), "
+            "%.2f MiB of activations",
+            graph.size,
+            len(recording.calls),
+            recording.torch_ops,
+            recording.scratch_bytes / 2**20,
+        )
         return out
 
 

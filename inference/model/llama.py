@@ -33,7 +33,7 @@ from inference.model.layers.rotary import RotaryEmbedding, apply_rotary
 from inference.model.quant.fp8 import Fp8Linear
 from inference.model.quant.fp8_embedding import Fp8Embedding
 from inference.model.quant.group_lazy import AnyGroupQuantized
-from inference.model.quant.group_linear import GroupQuantWeights
+from inference.model.quant.group_linear import GroupQuantLinear, GroupQuantWeights
 from inference.model.weights import load_named_weights
 
 PREPACK_THREADS = 4  # at most, for prepacking the linear weights at start-up
@@ -233,6 +233,16 @@ class LlamaForCausalLM(nn.Module):
         for module in self.modules():
             if isinstance(module, users):
                 module.kernels = kernels
+
+    def rows_in_place(self) -> int | None:
+        """The most rows a pass multiplies without a float copy of a weight (a group-quantized
+        layer past its kernel's rows dequantizes per call); None: no such limit."""
+        limits = [
+            limit
+            for module in self.modules()
+            if isinstance(module, GroupQuantLinear) and (limit := module.rows_in_place) is not None
+        ]
+        return min(limits, default=None)
 
     def set_attention_backend(self, backend: AttentionBackend[Any]) -> None:
         """Let every layer attend through ``backend`` (the engine picks it per device)."""

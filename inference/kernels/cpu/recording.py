@@ -116,7 +116,7 @@ class Recording:
         self.calls: list[KernelCall] = []
         self.max_scratch_bytes = max_scratch_bytes
         self.refused: str | None = None  # why a replay would not repeat the pass
-        self.scratch: list[torch.Tensor] = []  # every tensor the pass allocated
+        self.scratch: list[torch.Tensor] = []  # every tensor the pass allocated or computed
         self.scratch_bytes = 0
         self.torch_ops = 0  # of the calls, how many rerun a torch op
         self._program: list[Callable[[], None]] | None = None  # `replay`'s, made at its first
@@ -210,7 +210,7 @@ def _replay_library() -> Any:
     return getattr(function, "__wrapped__", function)
 
 
-def _rerun(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
+def rerun(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
     """Run a recorded torch op again and put its result where the first run's went."""
     result = func(*args, **kwargs)
     if isinstance(out, torch.Tensor):
@@ -259,18 +259,27 @@ class _Watch(TorchDispatchMode):
         elif torch.Tag.nondeterministic_seeded in getattr(func, "tags", ()):
             recording.refuse(f"{func} is random")
         else:
-            recording.calls.append((partial(_rerun, func, args, kwargs, out), ()))
+            recording.calls.append((partial(rerun, func, args, kwargs, out), ()))
             recording.torch_ops += 1
-            fresh = [o for o in outs if not any(o is i for i in inputs)]
+            # Its own memory (an op may also hand back an input, or a view of one).
+            fresh = [o for o in outs if not any(_aliases((o,), i) for i in inputs)]
+            recording.scratch.extend(fresh)
             recording.scratch_bytes += sum(o.untyped_storage().nbytes() for o in fresh)
         recording.check_scratch()
         return out
 
 
 def _aliases(outs: tuple[Any, ...] | list[Any], base: torch.Tensor) -> bool:
+    """Whether every one of ``outs`` shares ``base``'s storage (never for an opaque tensor,
+    such as a weight prepacked for oneDNN, which has none)."""
+    if base.layout != torch.strided:
+        return False
     storage = base.untyped_storage().data_ptr()
     return all(
-        isinstance(o, torch.Tensor) and o.untyped_storage().data_ptr() == storage for o in outs
+        isinstance(o, torch.Tensor)
+        and o.layout == torch.strided
+        and o.untyped_storage().data_ptr() == storage
+        for o in outs
     )
 
 

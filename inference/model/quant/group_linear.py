@@ -196,6 +196,17 @@ class GroupQuantLinear(GroupQuantWeights):
         )  # fmt: skip
         self.register_buffer("input_perm", None)
 
+    @property
+    def rows_in_place(self) -> int | None:
+        """The most rows `matmul` multiplies without a float copy of the weight (None: any
+        number, on the Triton kernel; 0: none, as with no kernel set)."""
+        if self._triton is not None:
+            return None
+        kernel = self.kernels.quant if self.kernels is not None else None
+        if kernel is None:
+            return 0
+        return max(MAX_KERNEL_ROWS - 1, kernel.int8_max_rows if self.int8_activations else 0)
+
     def set_input_perm(self, perm: torch.Tensor) -> None:
         if tuple(perm.shape) != (self.in_features,):
             raise ValueError(f"input permutation of {perm.shape} for {self.in_features} inputs")

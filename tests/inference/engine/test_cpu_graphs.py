@@ -13,8 +13,9 @@ import torch
 
 from inference import LLM, SamplingParams
 from inference.bench.requantize_gguf import main as requantize_main
-from inference.engine.cpu_graphs import CpuDecodeGraphRunner
+from inference.engine.cpu_graphs import CpuDecodeGraphRunner, cpu_graph_sizes, padded_size
 from inference.kernels.cpu.layers import load_layer_kernels
+from inference.kernels.cpu.quant_linear import MAX_KERNEL_ROWS
 from inference.model.llama import LlamaForCausalLM
 from inference.server.cli import add_arguments, engine_config_kwargs
 from tests.inference.checkpoints import make_checkpoint
@@ -78,12 +79,72 @@ def test_replayed_decode_steps_give_the_eager_tokens_and_logprobs(
         q4_file, batches, 20, quantization="gguf", int8_activations=int8
     )
     assert graphs == eager  # the same kernels on the same inputs: bitwise the same
-    assert runner.num_captured == 2 and runner.largest == 8
+    # Sizes up to the rows the kept layers multiply in place: 15, or the int8 kernel's 16
+    # (AVX2) or 32 (VNNI); past them a layer copies its weight per call.
+    in_place = runner.model.rows_in_place()
+    assert in_place == MAX_KERNEL_ROWS - 1 if not int8 else in_place in (15, 16, 32)
+    assert runner.num_captured == 2 and runner.largest == runner.sizes[-1] == in_place
     assert {1, 3} == {size for size, graph in runner._graphs.items() if graph.recording}
     recording = runner._graphs[1].recording
     assert recording is not None and recording._program is not None
     (run,) = recording._program  # every call of the pass, one call of replay.c
     assert len(getattr(run, "packed", ())) == len(recording.calls)
+
+
+def test_graph_sizes_are_exact_to_eight_then_every_eighth() -> None:
+    assert cpu_graph_sizes(256) == [*range(1, 9), 16, 24, 32, 40, 48, 56, 64]
+    assert cpu_graph_sizes(20) == [*range(1, 9), 16, 20]
+    assert cpu_graph_sizes(5) == [1, 2, 3, 4, 5]
+    sizes = cpu_graph_sizes(256)
+    assert [padded_size(n, sizes) for n in (1, 8, 9, 16, 17, 63, 64, 65)] == [
+        1, 8, 16, 16, 24, 64, 64, None
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("int8", [False, True], ids=["float", "int8-activations"])
+def test_a_batch_between_sizes_replays_the_next_size_padded(q4_file: Path, int8: bool) -> None:
+    """11 decodes run in the next graph size (15 or 16): the padding rows write no KV and
+    are not returned, so the real rows get the eager tokens, and logprobs equal up to the
+    kernels' order of summation, which follows the number of rows."""
+    prompts = [TEXT[i : i + 20 + 3 * i] for i in range(11)]
+    eager, graphs, runner = run_both(
+        q4_file, [prompts, prompts[::-1]], 12, quantization="gguf", int8_activations=int8
+    )
+    for eager_batch, graph_batch in zip(eager, graphs, strict=True):
+        for (tokens, logprobs), (graph_tokens, graph_logprobs) in zip(
+            eager_batch, graph_batch, strict=True
+        ):
+            assert graph_tokens == tokens
+            for want, got in zip(logprobs, graph_logprobs, strict=True):
+                assert [t for t, _ in got.top] == [t for t, _ in want.top]
+                assert [v for _, v in got.top] == pytest.approx(
+                    [v for _, v in want.top], rel=1e-3, abs=1e-3
+                )
+    size = padded_size(11, runner.sizes)
+    assert size in (15, 16) and set(runner._graphs) == {size} and runner.num_captured == 1
+    graph = runner._graphs[size]
+    assert graph.out is not None and graph.out.shape[0] == size
+    pad = size - 11
+    assert graph.slots.tolist()[11:] == [-1] * pad and graph.lens.tolist()[11:] == [1] * pad
+
+
+def test_recordings_past_the_memory_budget_run_eagerly(q4_file: Path) -> None:
+    """The recordings together keep at most `memory_bytes`: once the batch-1 graph is kept,
+    a batch-3 recording that would pass the budget is dropped and its steps run eagerly."""
+    batches = [[TEXT[:30]], [TEXT[:7], TEXT[9:40], TEXT[3:90]], [TEXT[:60]] * 3]
+    with LLM(str(q4_file), quantization="gguf", dtype="float32", enforce_eager=True,
+             max_model_len=128, progress=False) as llm:  # fmt: skip
+        eager = [generate(llm, batch, 10) for batch in batches]
+    with LLM(str(q4_file), quantization="gguf", dtype="float32", max_model_len=128,
+             progress=False) as llm:  # fmt: skip
+        runner = graphs_of(llm)
+        assert generate(llm, batches[0], 10) == eager[0]
+        one_row = runner.kept_bytes
+        assert runner.num_captured == 1 and one_row > 0
+        runner.memory_bytes = one_row * 3  # batch 3 would keep about three rows more
+        assert [generate(llm, batch, 10) for batch in batches[1:]] == eager[1:]
+        assert runner.num_captured == 1 and 3 not in runner._graphs
+        assert runner.kept_bytes == one_row and runner.largest == runner.sizes[-1]
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -117,18 +178,32 @@ def test_a_pass_a_replay_cannot_repeat_runs_eagerly(
     assert runner.num_captured == 0 and runner.largest == 0 and not runner.enabled
 
 
-def test_a_change_of_the_models_paths_drops_the_recordings(q4_file: Path) -> None:
+def test_a_change_of_the_models_paths_drops_the_recordings(tmp_path: Path) -> None:
+    path = make_checkpoint("llama", tmp_path)
+    with LLM(str(path), dtype="float32", max_model_len=128, progress=False) as llm:
+        runner = graphs_of(llm)
+        generate(llm, [TEXT[:30]], 6)
+        recording = runner._graphs[1].recording
+        assert recording is not None
+        fused_ops = recording.torch_ops  # the matmuls; norms, rotary, SiLU are C kernels
+        llm.engine.runner.model.set_layer_kernels(None)  # the layers' torch code from now on
+        again = generate(llm, [TEXT[:30]], 6)  # its decodes: eager, recorded, replayed
+        recording = runner._graphs[1].recording
+        assert recording is not None and recording.torch_ops > fused_ops
+        assert generate(llm, [TEXT[:30]], 6) == again
+
+
+def test_kept_layers_without_their_kernel_run_eagerly(q4_file: Path) -> None:
+    """Without the C kernel a kept layer dequantizes its weight each call, which a recording
+    would keep for every layer: no size records then."""
     with LLM(str(q4_file), quantization="gguf", dtype="float32", max_model_len=128,
              progress=False) as llm:  # fmt: skip
         runner = graphs_of(llm)
         generate(llm, [TEXT[:30]], 6)
-        recording = runner._graphs[1].recording
-        assert recording is not None and recording.torch_ops == 0  # all C kernels
-        llm.engine.runner.model.set_layer_kernels(None)  # the layers' torch code from now on
-        again = generate(llm, [TEXT[:30]], 6)  # its decodes: eager, recorded, replayed
-        recording = runner._graphs[1].recording
-        assert recording is not None and recording.torch_ops > 0  # the torch code's ops
-        assert generate(llm, [TEXT[:30]], 6) == again
+        assert runner.num_captured == 1
+        llm.engine.runner.model.set_layer_kernels(None)
+        generate(llm, [TEXT[:30]], 6)
+        assert runner.sizes == [] and runner.largest == 0 and runner.num_captured == 0
 
 
 def test_shared_prefix_decodes_take_the_cascade_not_the_graph(q4_file: Path) -> None:
