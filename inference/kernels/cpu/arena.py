@@ -17,7 +17,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, TypeGuard
 
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
@@ -98,7 +98,7 @@ def compact(recording: Recording, results: list[torch.Tensor]) -> list[torch.Ten
 
     calls: list[KernelCall] = []
     for function, args in recording.calls:
-        if isinstance(function, partial) and function.func is rerun:
+        if _is_rerun(function):
             func, op_args, op_kwargs, out = function.args
             out = type(out)(map(tensor, out)) if isinstance(out, (list, tuple)) else tensor(out)
             op_args, op_kwargs = tree_map(tensor, op_args), tree_map(tensor, op_kwargs)
@@ -112,7 +112,8 @@ def compact(recording: Recording, results: list[torch.Tensor]) -> list[torch.Ten
     return moved_results
 
 
-def _is_rerun(function: Any) -> bool:
+def _is_rerun(function: Any) -> TypeGuard[partial[None]]:
+    """A torch op's call (recording.py notes those as a partial of `rerun`)."""
     return isinstance(function, partial) and function.func is rerun
 
 
