@@ -22,10 +22,10 @@
  * decode steps (16-64 rows) costs far less than that many single rows.
  *
  * `quant_linear_q8_available()`: 2 AVX512-VNNI (`vpdpbusd`: unsigned codes times signed
- * int8, four products a 32-bit lane, which fits our unsigned codes exactly); 1 AVX2 (4-bit
- * codes through `vpmaddubsw`, whose 16-bit pair sums stay below 2 * 15 * 127; 8-bit codes
- * would saturate it at 2 * 255 * 127, so they widen to 16 bits and use `vpmaddwd`);
- * 0 plain C.
+ * int8, four products a 32-bit lane, which fits our unsigned codes exactly); 1 AVX2, a pair
+ * of blocks a step (4-bit codes through `vpmaddubsw`, whose 16-bit pair sums stay below
+ * 2 * 15 * 127; 8-bit codes would saturate it at 2 * 255 * 127, so they multiply as signed
+ * code - 128, llama.cpp's sign trick); 0 plain C.
  */
 #include <math.h>
 #include <stdint.h>
@@ -104,10 +104,13 @@ static void store(void *out, int bf16, int64_t at, float value) {
 /* Where column c of block b sits in a row of q. VNNI with 4-bit codes reads four blocks'
  * 64 bytes at once and multiplies their low nibbles (columns 0-15 of each block), then
  * their high ones (16-31), into the same 16 lanes: q follows, a quad of blocks holding
- * columns 0-15 of each, then 16-31 of each. Else column order. */
+ * columns 0-15 of each, then 16-31 of each. AVX2 with 4-bit codes does the same with a
+ * pair of blocks' 32 bytes (`pair4`). Else column order. */
 static int vnni4(int bits) { return Q8_PATH == 2 && bits == 4; }
+static int pair4(int bits) { return Q8_PATH == 1 && bits == 4; }
 
 static int64_t q_at(int bits, int b, int c) {
+    if (pair4(bits)) return (int64_t)(b & ~1) * BLOCK + (c >> 4) * 32 + (b & 1) * 16 + (c & 15);
     if (!vnni4(bits)) return (int64_t)b * BLOCK + c;
     return (int64_t)(b & ~3) * BLOCK + (c >> 4) * 64 + (b & 3) * 16 + (c & 15);
 }
@@ -128,20 +131,69 @@ static int step_blocks(int bits) { return bits == 4 ? 4 : 2; }
 
 /* Where block b's d (or a weight row's scale) goes: VNNI spreads each step's blocks over
  * its 16 lanes as the integer dots lie (4-bit: lanes 4j..4j+3 block j; 8-bit: 8j..8j+7),
- * so one multiply serves a step; the others keep one value a block. */
+ * and AVX2 each pair's over 8 lanes (4-bit: lanes 0-3 the first block, 4-7 the second;
+ * 8-bit, whose two blocks' dots are paired by a horizontal add: lanes 0, 1, 4, 5 the
+ * first), so one multiply serves a step; plain C keeps one value a block. */
 static int64_t lanes_a_row(int blocks, int bits) {
-    if (Q8_PATH != 2) return (blocks + WINDOW - 1) / WINDOW * WINDOW;
+    if (Q8_PATH == 0) return (blocks + WINDOW - 1) / WINDOW * WINDOW;
+    if (Q8_PATH == 1) return (int64_t)(blocks + WINDOW - 1) / WINDOW * WINDOW * 4;
     return (int64_t)(blocks + step_blocks(bits) - 1) / step_blocks(bits) * 16;
 }
 
+/* The block (0 or 1 of its pair) that lane l of an AVX2 pair step holds. */
+static int pair_lane_block(int l, int bits) { return bits == 4 ? l >> 2 : (l >> 1) & 1; }
+
 static void put(float *row, int b, int bits, float value) {
-    if (Q8_PATH != 2) {
+    if (Q8_PATH == 0) {
         row[b] = value;
+        return;
+    }
+    if (Q8_PATH == 1) {
+        for (int l = 0; l < 8; l++)
+            if (pair_lane_block(l, bits) == (b & 1)) row[(int64_t)b / 2 * 8 + l] = value;
         return;
     }
     const int step = step_blocks(bits), lanes = 16 / step;
     for (int l = 0; l < lanes; l++) row[(int64_t)b / step * 16 + b % step * lanes + l] = value;
 }
+
+#if Q8_PATH == 1
+/* A whole block of x quantized with AVX2, as quantize_row's loop does it (the same d, id
+ * and round-half-even products); returns the float sum of the block's values. */
+static float quantize_block(const void *x, int bf16, int64_t at, int8_t codes[BLOCK], float *d) {
+    __m256 v[4], amax = _mm256_setzero_ps(), sum = _mm256_setzero_ps();
+    const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    for (int i = 0; i < 4; i++) {
+        if (bf16) {
+            const __m128i half = _mm_loadu_si128((const __m128i *)((const uint16_t *)x + at) + i);
+            v[i] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(half), 16));
+        } else {
+            v[i] = _mm256_loadu_ps((const float *)x + at + 8 * i);
+        }
+        amax = _mm256_max_ps(_mm256_and_ps(v[i], magnitude), amax); /* NaN: amax kept */
+        sum = _mm256_add_ps(sum, v[i]);
+    }
+    float lanes[8], total = 0.0f, top = 0.0f;
+    _mm256_storeu_ps(lanes, amax);
+    for (int i = 0; i < 8; i++) top = lanes[i] > top ? lanes[i] : top;
+    _mm256_storeu_ps(lanes, sum);
+    for (int i = 0; i < 8; i++) total += lanes[i];
+    *d = top * (1.0f / 127.0f);
+    const __m256 id = _mm256_set1_ps(*d > 0.0f ? 1.0f / *d : 0.0f);
+    const __m256 hi = _mm256_set1_ps(127.0f), lo = _mm256_set1_ps(-127.0f);
+    __m256i r[4];
+    for (int i = 0; i < 4; i++) {
+        const __m256 p = _mm256_round_ps(_mm256_mul_ps(v[i], id),
+                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        r[i] = _mm256_cvtps_epi32(_mm256_max_ps(_mm256_min_ps(p, hi), lo));
+    }
+    const __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]),
+                                              _mm256_packs_epi32(r[2], r[3]));
+    _mm256_storeu_si256((__m256i *)codes,
+                        _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    return total;
+}
+#endif
 
 static void quantize_row(const void *x, int64_t x_stride, int bf16, int64_t m, int K, int bits,
                          int group_size, int blocks, activations *a) {
@@ -149,6 +201,18 @@ static void quantize_row(const void *x, int64_t x_stride, int bf16, int64_t m, i
     const float inv127 = 1.0f / 127.0f;
     for (int b = 0; b < blocks; b++) {
         const int width = K - b * BLOCK < BLOCK ? K - b * BLOCK : BLOCK;
+#if Q8_PATH == 1
+        if (width == BLOCK) {
+            int8_t codes[BLOCK];
+            float d;
+            a->sum[m * a->sum_stride + b * BLOCK / group_size] +=
+                quantize_block(x, bf16, m * x_stride + (int64_t)b * BLOCK, codes, &d);
+            put(a->d + m * a->d_stride, b, bits, d);
+            memcpy(q + q_at(bits, b, 0), codes, BLOCK / 2);
+            memcpy(q + q_at(bits, b, BLOCK / 2), codes + BLOCK / 2, BLOCK / 2);
+            continue;
+        }
+#endif
         float v[BLOCK], amax = 0.0f;
         for (int c = 0; c < width; c++) {
             v[c] = load_x(x, bf16, m * x_stride + (int64_t)b * BLOCK + c);
@@ -167,6 +231,8 @@ static void quantize_row(const void *x, int64_t x_stride, int bf16, int64_t m, i
         centre[j] = -(1 << (bits - 1)) * (q[4 * j] + q[4 * j + 1] + q[4 * j + 2] + q[4 * j + 3]);
     for (int64_t j = 0; vnni4(bits) && j < a->q_stride / 4; j += 32) /* both halves a lane */
         for (int l = 0; l < 16; l++) centre[j + l] += centre[j + 16 + l];
+    for (int64_t j = 0; pair4(bits) && j < a->q_stride / 4; j += 16) /* the same, a pair */
+        for (int l = 0; l < 8; l++) centre[j + l] += centre[j + 8 + l];
 }
 
 /* A chunk of weight rows' float tables: each row's scale per block (laid out as d) and
@@ -268,10 +334,16 @@ int quant_linear_q8(const void *x, int64_t x_stride, int x_bf16, int64_t M, cons
         t.offset = calloc((size_t)(ROW_CHUNK * t.offset_stride), sizeof(float));
         const int windows = (blocks + WINDOW - 1) / WINDOW;
         t.window_group = malloc((size_t)windows * WINDOW * sizeof(int32_t));
-        const int ready = t.scale != NULL && t.offset != NULL && t.window_group != NULL;
+        /* AVX2: lane l of pair step p reads its block's group within the window */
+        int32_t *pair_index = malloc((size_t)windows * WINDOW * 4 * sizeof(int32_t));
+        const int ready =
+            t.scale != NULL && t.offset != NULL && t.window_group != NULL && pair_index != NULL;
         for (int b = 0; ready && b < windows * WINDOW; b++)
             t.window_group[b] =
                 b < blocks ? b / group_blocks - b / WINDOW * WINDOW / group_blocks : 0;
+        for (int p = 0; ready && p < windows * WINDOW / 2; p++)
+            for (int l = 0; l < 8; l++)
+                pair_index[p * 8 + l] = t.window_group[2 * p + pair_lane_block(l, bits)];
         if (!ready) {
 #pragma omp atomic write
             failed = 2;
@@ -282,12 +354,17 @@ int quant_linear_q8(const void *x, int64_t x_stride, int x_bf16, int64_t M, cons
             const int64_t n0 = chunk * ROW_CHUNK;
             const int rows = N - n0 < ROW_CHUNK ? (int)(N - n0) : ROW_CHUNK;
             /* with fewer rows of x than a tile the SIMD paths read the weight's own
-             * scales: the tables pay only when many rows of x use them */
-            const int use_raw = Q8_PATH != 0 && M < TILE_M;
+             * scales: the tables pay only when many rows of x use them, and on AVX2,
+             * where a pair step's scales are one permute of a window, not even then */
+            const int use_raw = Q8_PATH == 1 || (Q8_PATH == 2 && M < TILE_M);
             if (!use_raw)
                 fill_tables(&t, scale + n0 * groups, offset + n0 * groups, rows, blocks, groups,
                             group_blocks, bits);
-            raw_scales raw = {.window_group = t.window_group, .group_blocks = group_blocks};
+            raw_scales raw = {.window_group = t.window_group,
+                              .pair_index = pair_index,
+                              .scale_end = scale + N * groups,
+                              .offset_end = offset + N * groups,
+                              .group_blocks = group_blocks};
             for (int64_t m0 = 0; m0 < M;) {
                 const int full = M - m0 >= TILE_M, nt = full ? TILE_N : EDGE_N;
                 for (int j = 0; j < rows; j += nt) {
@@ -304,13 +381,15 @@ int quant_linear_q8(const void *x, int64_t x_stride, int x_bf16, int64_t M, cons
                     float sums[8];
 #define TILE(MT, NT, RAW, BITS) \
     tile(&a, m0, MT, tile_rows, NT, ws, wo, RAW, blocks, groups, BITS, sums)
-                    if (full && bits == 4) TILE(TILE_M, TILE_N, NULL, 4);
-                    else if (full) TILE(TILE_M, TILE_N, NULL, 8);
+#define FULL_RAW (Q8_PATH == 1 ? &raw : NULL) /* a constant for each path's tile */
+                    if (full && bits == 4) TILE(TILE_M, TILE_N, FULL_RAW, 4);
+                    else if (full) TILE(TILE_M, TILE_N, FULL_RAW, 8);
                     else if (use_raw && bits == 4) TILE(1, EDGE_N, &raw, 4);
                     else if (use_raw) TILE(1, EDGE_N, &raw, 8);
                     else if (bits == 4) TILE(1, EDGE_N, NULL, 4);
                     else TILE(1, EDGE_N, NULL, 8);
 #undef TILE
+#undef FULL_RAW
                     const int mt = full ? TILE_M : 1;
                     for (int m = 0; m < mt; m++)
                         for (int n = 0; n < nt && j + n < rows; n++)
@@ -322,6 +401,7 @@ int quant_linear_q8(const void *x, int64_t x_stride, int x_bf16, int64_t M, cons
         free(t.scale);
         free(t.offset);
         free(t.window_group);
+        free(pair_index);
     }
     free(a.q);
     free(a.centre);

@@ -28,11 +28,34 @@ static inline __attribute__((always_inline)) void reduce8(const __m512 *v, float
 }
 #endif
 
+#if Q8_PATH == 1
+/* Up to 8 float16 values as floats, the lanes past `count` zero; read in place unless that
+ * would pass `limit` (the end of the array: the last row of the weight). */
+static inline __m256 halves8(const uint16_t *at, int count, const uint16_t *limit) {
+    if (count >= 8) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)at));
+    const int n = count > 0 ? count : 0;
+    uint16_t part[8] = {0};
+    if (at + 8 > limit) memcpy(part, at, (size_t)n * sizeof *at);
+    const __m128i h = _mm_loadu_si128((const __m128i *)(at + 8 > limit ? part : at));
+    const __m128i live = _mm_cmpgt_epi16(_mm_set1_epi16((short)n),
+                                         _mm_setr_epi16(0, 1, 2, 3, 4, 5, 6, 7));
+    return _mm256_cvtph_ps(_mm_and_si128(h, live));
+}
+
+/* Up to 16 float16 values as two vectors of 8, as halves8. */
+static inline void scales16(const uint16_t *at, int count, const uint16_t *limit, __m256 out[2]) {
+    out[0] = halves8(at, count, limit);
+    out[1] = count > 8 ? halves8(at + 8, count - 8, limit) : _mm256_setzero_ps();
+}
+#endif
+
 /* The tile's weight rows' own float16 scales and offsets, for calls with too few rows of x
  * to pay for the float tables (VNNI: 16 floats a step a row). */
 typedef struct {
     const uint16_t *scale[4], *offset[4];
     const int32_t *window_group;
+    const int32_t *pair_index; /* AVX2: each pair step's lanes' groups within the window */
+    const uint16_t *scale_end, *offset_end; /* AVX2: the arrays' ends, for reads past a row */
     int group_blocks;
 } raw_scales;
 
@@ -114,71 +137,89 @@ static inline __attribute__((always_inline)) void tile(
     for (int i = 0; i < 8; i++) v[i] = i < MT * NT ? acc[i / NT][i % NT] : _mm512_setzero_ps();
     reduce8(v, sums);
 #elif Q8_PATH == 1
-    /* the tables are one float a block; raw (one row of x) converts each group's scale as
-     * the loop reaches it instead, and adds the offsets' term once at the end */
-    const __m128i nibble = _mm_set1_epi8(0x0f);
+    /* a step: a pair of blocks, 32 bytes of each 4-bit weight row (64 of an 8-bit one), 64
+     * of q and 8 lanes of d, the scales and (4-bit) the centring: see lanes_a_row. 4-bit
+     * codes multiply q's low and high halves (`pair4`) and their 16-bit sums add (each at
+     * most 2 * 15 * 127, two of them 7,620); 8-bit codes less 128 are signed and multiply
+     * as |w| times q with w's sign (pair sums at most 2 * 128 * 127 = 32,512, no
+     * saturation and no centring), two blocks' dots paired by a horizontal add. */
+    const __m256i nibble = _mm256_set1_epi8(0x0f), flip = _mm256_set1_epi8((char)0x80);
     const __m256i ones = _mm256_set1_epi16(1);
-    __m256 acc[4][4];
+    __m256 acc[4][4], window[4][2];
     for (int m = 0; m < MT; m++)
         for (int n = 0; n < NT; n++) acc[m][n] = _mm256_setzero_ps();
-    float group_scale[4] = {0.0f};
-    for (int b = 0, g = 0, left = 0; b < blocks; b++) {
-        if (raw != NULL && left-- == 0) { /* the first block of group g */
-            for (int n = 0; n < NT; n++) group_scale[n] = _cvtsh_ss(raw->scale[n][g]);
-            g++;
-            left = raw->group_blocks - 1;
+    const int pairs = (blocks + 1) / 2;
+    for (int p = 0; p < pairs; p++) {
+        const int b = 2 * p, single = b + 1 == blocks;
+        __m256i at_lanes = _mm256_setzero_si256();
+        int upper = 0;
+        if (raw != NULL) {
+            if (b % WINDOW == 0)
+                for (int n = 0; n < NT; n++)
+                    scales16(raw->scale[n] + b / raw->group_blocks,
+                             groups - b / raw->group_blocks, raw->scale_end, window[n]);
+            at_lanes = _mm256_loadu_si256((const __m256i *)(raw->pair_index + p * 8));
+            upper = raw->window_group[b] >= 8;
         }
-        __m256i codes[4], low16[4], high16[4];
         for (int n = 0; n < NT; n++) {
             const uint8_t *at = rows[n] + (int64_t)b * block_bytes;
+            __m256i w0, w1; /* 4-bit: low and high nibbles; 8-bit: each block's code - 128 */
             if (bits == 4) {
-                const __m128i v = _mm_loadu_si128((const __m128i *)at);
-                codes[n] = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), nibble),
-                                            _mm_and_si128(v, nibble));
+                const __m256i v =
+                    single ? _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)at))
+                           : _mm256_loadu_si256((const __m256i *)at);
+                w0 = _mm256_and_si256(v, nibble);
+                w1 = _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble);
             } else {
-                low16[n] = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)at));
-                high16[n] = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(at + 16)));
+                w0 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)at), flip);
+                w1 = single ? _mm256_setzero_si256()
+                            : _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(at + 32)), flip);
             }
-        }
-        for (int m = 0; m < MT; m++) {
-            const int8_t *qb = q + m * a->q_stride + (int64_t)b * BLOCK;
-            const __m256i start =
-                _mm256_loadu_si256((const __m256i *)(centre + m * c_stride + b * 8));
-            const __m256 dm = _mm256_broadcast_ss(d + m * a->d_stride + b);
-            __m256i qv = _mm256_loadu_si256((const __m256i *)qb), q0 = qv, q1 = qv;
-            if (bits == 8) {
-                q0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)qb));
-                q1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(qb + 16)));
-            }
-            for (int n = 0; n < NT; n++) {
-                const __m256i dot =
-                    bits == 4 ? _mm256_madd_epi16(_mm256_maddubs_epi16(codes[n], qv), ones)
-                              : _mm256_add_epi32(_mm256_madd_epi16(low16[n], q0),
-                                                 _mm256_madd_epi16(high16[n], q1));
-                const __m256 w = _mm256_mul_ps(
-                    dm, _mm256_set1_ps(raw != NULL ? group_scale[n] : wscale[n][b]));
-                acc[m][n] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(start, dot)), w,
-                                            acc[m][n]);
+            const __m256i a0 = bits == 4 ? w0 : _mm256_abs_epi8(w0);
+            const __m256i a1 = bits == 4 ? w1 : _mm256_abs_epi8(w1);
+            const __m256 s = raw != NULL ? _mm256_permutevar8x32_ps(window[n][upper], at_lanes)
+                                         : _mm256_loadu_ps(wscale[n] + (int64_t)p * 8);
+            for (int m = 0; m < MT; m++) {
+                const int8_t *qb = q + m * a->q_stride + (int64_t)b * BLOCK;
+                const __m256i q0 = _mm256_loadu_si256((const __m256i *)qb);
+                const __m256i q1 = _mm256_loadu_si256((const __m256i *)(qb + 32));
+                __m256i dot;
+                if (bits == 4) {
+                    const __m256i start =
+                        _mm256_loadu_si256((const __m256i *)(centre + m * c_stride + p * 16));
+                    const __m256i pairs16 = _mm256_add_epi16(_mm256_maddubs_epi16(a0, q0),
+                                                             _mm256_maddubs_epi16(a1, q1));
+                    dot = _mm256_add_epi32(start, _mm256_madd_epi16(pairs16, ones));
+                } else {
+                    const __m256i d0 = _mm256_madd_epi16(
+                        _mm256_maddubs_epi16(a0, _mm256_sign_epi8(q0, w0)), ones);
+                    const __m256i d1 = _mm256_madd_epi16(
+                        _mm256_maddubs_epi16(a1, _mm256_sign_epi8(q1, w1)), ones);
+                    dot = _mm256_hadd_epi32(d0, d1);
+                }
+                const __m256 w = _mm256_mul_ps(_mm256_loadu_ps(d + m * a->d_stride + p * 8), s);
+                acc[m][n] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), w, acc[m][n]);
             }
         }
     }
-    for (int g = 0; g < groups && raw == NULL; g += 8)
+    const __m256 z = _mm256_set1_ps((float)(1 << (bits - 1)));
+    for (int g = 0; g < groups; g += 8)
         for (int n = 0; n < NT; n++) {
-            const __m256 o = _mm256_loadu_ps(woffset[n] + g);
+            const __m256 o =
+                raw != NULL
+                    ? _mm256_fmadd_ps(halves8(raw->scale[n] + g, groups - g, raw->scale_end), z,
+                                      halves8(raw->offset[n] + g, groups - g, raw->offset_end))
+                    : _mm256_loadu_ps(woffset[n] + g);
             for (int m = 0; m < MT; m++)
-                acc[m][n] = _mm256_fmadd_ps(
-                    o, _mm256_loadu_ps(xsum + m * a->sum_stride + g), acc[m][n]);
+                acc[m][n] = _mm256_fmadd_ps(o, _mm256_loadu_ps(xsum + m * a->sum_stride + g),
+                                            acc[m][n]);
         }
-    const float z = (float)(1 << (bits - 1));
     for (int m = 0; m < MT; m++)
         for (int n = 0; n < NT; n++) {
-            float part[8], total = 0.0f;
-            _mm256_storeu_ps(part, acc[m][n]);
-            for (int i = 0; i < 8; i++) total += part[i];
-            for (int g = 0; g < groups && raw != NULL; g++) /* offset + z * scale, as fill_tables */
-                total += (_cvtsh_ss(raw->offset[n][g]) + z * _cvtsh_ss(raw->scale[n][g])) *
-                         xsum[m * a->sum_stride + g];
-            sums[m * NT + n] = total;
+            const __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc[m][n]),
+                                        _mm256_extractf128_ps(acc[m][n], 1));
+            const __m128 h2 = _mm_add_ps(h, _mm_movehl_ps(h, h));
+            sums[m * NT + n] = _mm_cvtss_f32(_mm_add_ss(h2, _mm_movehdup_ps(h2)));
         }
 #else
     (void)raw;

@@ -20,6 +20,7 @@ from inference.model.quant.group_math import (
     BLOCK,
     GroupQuantized,
     dequantize,
+    pack_codes,
     padded_cols,
     quantize_groups,
     unpack_codes,
@@ -112,6 +113,40 @@ def test_int8_at_batch_rows(
         assert_matches_reference(kernel.matmul_int8(x, weight), x, weight)
         xb = x.bfloat16()
         assert_matches_reference(kernel.matmul_int8(xb, weight), xb, weight)
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("cols", [96, 577])
+def test_int8_quantizes_every_column_in_place(
+    kernel: QuantLinearKernel, bits: int, cols: int
+) -> None:
+    """Weight row n is 1 at column n and 0 elsewhere (code z + 1 among codes z, scale 1,
+    offset -z), so y[m, n] = d * q[m, n] exactly: every column's int8 value, read back
+    and compared as an integer with round_half_even(x * (1 / d)). A column misplaced by a
+    path's layout of q (pairs of blocks on AVX2, quads with VNNI) or rounded another way
+    shows, where the float comparisons above could hide one step of q."""
+    torch.manual_seed(cols + bits)
+    z = 1 << (bits - 1)
+    codes = torch.full((cols, cols), z, dtype=torch.int32) + torch.eye(cols, dtype=torch.int32)
+    groups = (cols + 31) // 32
+    weight = GroupQuantized(
+        pack_codes(codes, bits),
+        torch.ones(cols, groups, dtype=torch.float16),
+        torch.full((cols, groups), -float(z), dtype=torch.float16),
+        bits, 32, cols,
+    )  # fmt: skip
+    for m in (1, 2, 3, 5, 9):
+        for x in (torch.randn(m, cols) * 3, (torch.randn(m, cols) * 3).bfloat16()):
+            xp = torch.zeros(m, padded_cols(cols))
+            xp[:, :cols] = x.float()
+            xb = xp.reshape(m, -1, BLOCK)
+            d = xb.abs().amax(dim=2) * (torch.tensor(1.0) / 127)
+            q = torch.round(xb * torch.where(d > 0, 1.0 / d, 0.0)[..., None]).clamp(-127, 127)
+            got = kernel.matmul_int8(x, weight)
+            assert got is not None
+            d_col = d.repeat_interleave(BLOCK, dim=1)[:, :cols]
+            read = torch.round(got.float() / d_col)
+            assert torch.equal(read, q.reshape(m, -1)[:, :cols]), (m, x.dtype)
 
 
 @pytest.mark.parametrize("bits", [4, 8])
