@@ -15,7 +15,7 @@ llama.cpp multiplies its Q4_1 by Q8_1. It is faster but not the float32 matmul (
 error is measured in docs/engine.md), so layers use it only where asked to. It quantizes x
 once a call and multiplies in register tiles of 4 rows of x by 2 weight rows, so one read
 of a weight row serves many rows of x: it beats dequantize-then-matmul up to
-`int8_max_rows` rows (with VNNI a batch of 32 decode steps), where the exact kernel
+`int8_max_rows` rows (with VNNI or AVX2 a batch of 32 decode steps), where the exact kernel
 stops below 16.
 """
 
@@ -45,9 +45,11 @@ MAX_KERNEL_ROWS = 16
 # fallback (dequantize in C, then oneDNN's bf16 matmul), from scripts/bench_quant_linear.py's
 # row sweep on SmolLM2's shapes at 2 threads on Sapphire Rapids (docs/engine.md, "Int8
 # activations"): VNNI wins at 32 rows on every 4-bit shape, ties 8-bit layers and takes
-# the 8-bit vocabulary at a third of the time; AVX2 (forced there, against an AMX bf16
-# matmul) wins at 16 rows with 4-bit codes. Plain C keeps the limit it had (below 16).
-INT8_MAX_ROWS: dict[Int8Path, int] = {"avx512-vnni": 32, "avx2": 16, "portable": 15}
+# the 8-bit vocabulary at a third of the time. AVX2, on an AVX2-only Zen 3 against its
+# float32 fallback (the dtype `auto` picks there), with the pair-step tiles: 0.61-0.66x the
+# fallback's time at 24 rows, 0.70-0.73x at 32, 0.89-0.94x at 48 (docs/engine.md, "AVX2: a
+# pair of blocks a step"). Plain C keeps the limit it had (below 16).
+INT8_MAX_ROWS: dict[Int8Path, int] = {"avx512-vnni": 32, "avx2": 32, "portable": 15}
 MAX_INT8_KERNEL_ROWS = max(INT8_MAX_ROWS.values())
 _DTYPES = {torch.float32: 0, torch.bfloat16: 1}
 

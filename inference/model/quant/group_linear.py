@@ -4,7 +4,7 @@ their weights as packed codes with float16 scales and offsets (`group_math.py`).
 A layer never holds a float copy of its weight. On the CPU a decode step's few rows
 multiply through the C kernel (inference/kernels/cpu/quant_linear.py), which widens each
 block of codes in registers; with int8 activations asked for, the int8 kernel takes up to
-its build's `int8_max_rows` (32 with VNNI: a batch of decode steps). Past those rows
+its build's `int8_max_rows` (32 with VNNI or AVX2: a batch of decode steps). Past those rows
 (prefill chunks), and where no kernel is set (other devices, no compiler), the weight is
 dequantized for that call, whole in C or in slices of rows by torch, multiplied by torch,
 then dropped.

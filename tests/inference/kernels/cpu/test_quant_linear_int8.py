@@ -193,7 +193,7 @@ def test_layer_uses_int8_only_when_asked() -> None:
 
 def test_layer_takes_int8_up_to_its_builds_limit() -> None:
     """With int8 activations the layer multiplies a batch of decode steps (up to the build's
-    `int8_max_rows`: 32 with VNNI) through the int8 kernel, past the exact kernel's 16
+    `int8_max_rows`: 32 with VNNI or AVX2) through the int8 kernel, past the exact kernel's 16
     rows; one row more, and without the option, it dequantizes as before."""
     kernels = load_layer_kernels()
     assert kernels is not None and kernels.quant is not None
