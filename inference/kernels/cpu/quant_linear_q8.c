@@ -236,7 +236,8 @@ static void quantize_row(const void *x, int64_t x_stride, int bf16, int64_t m, i
 }
 
 /* A chunk of weight rows' float tables: each row's scale per block (laid out as d) and
- * offset + z * scale per group, for the rows of one chunk. */
+ * offset + z * scale per group, for the rows of one chunk (VNNI from 4 rows of x, plain
+ * C always; AVX2 reads the weight's own scales instead). */
 typedef struct {
     float *scale, *offset;
     int64_t scale_stride, offset_stride;

@@ -50,7 +50,7 @@ static inline void scales16(const uint16_t *at, int count, const uint16_t *limit
 #endif
 
 /* The tile's weight rows' own float16 scales and offsets, for calls with too few rows of x
- * to pay for the float tables (VNNI: 16 floats a step a row). */
+ * to pay for the float tables (VNNI: 16 floats a step a row), and for every AVX2 call. */
 typedef struct {
     const uint16_t *scale[4], *offset[4];
     const int32_t *window_group;
@@ -143,6 +143,8 @@ static inline __attribute__((always_inline)) void tile(
      * most 2 * 15 * 127, two of them 7,620); 8-bit codes less 128 are signed and multiply
      * as |w| times q with w's sign (pair sums at most 2 * 128 * 127 = 32,512, no
      * saturation and no centring), two blocks' dots paired by a horizontal add. */
+    (void)wscale; /* no float tables on AVX2: `raw` at any number of rows */
+    (void)woffset;
     const __m256i nibble = _mm256_set1_epi8(0x0f), flip = _mm256_set1_epi8((char)0x80);
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[4][4], window[4][2];
@@ -151,16 +153,12 @@ static inline __attribute__((always_inline)) void tile(
     const int pairs = (blocks + 1) / 2;
     for (int p = 0; p < pairs; p++) {
         const int b = 2 * p, single = b + 1 == blocks;
-        __m256i at_lanes = _mm256_setzero_si256();
-        int upper = 0;
-        if (raw != NULL) {
-            if (b % WINDOW == 0)
-                for (int n = 0; n < NT; n++)
-                    scales16(raw->scale[n] + b / raw->group_blocks,
-                             groups - b / raw->group_blocks, raw->scale_end, window[n]);
-            at_lanes = _mm256_loadu_si256((const __m256i *)(raw->pair_index + p * 8));
-            upper = raw->window_group[b] >= 8;
-        }
+        if (b % WINDOW == 0)
+            for (int n = 0; n < NT; n++)
+                scales16(raw->scale[n] + b / raw->group_blocks, groups - b / raw->group_blocks,
+                         raw->scale_end, window[n]);
+        const __m256i at_lanes = _mm256_loadu_si256((const __m256i *)(raw->pair_index + p * 8));
+        const int upper = raw->window_group[b] >= 8;
         for (int n = 0; n < NT; n++) {
             const uint8_t *at = rows[n] + (int64_t)b * block_bytes;
             __m256i w0, w1; /* 4-bit: low and high nibbles; 8-bit: each block's code - 128 */
@@ -177,8 +175,7 @@ static inline __attribute__((always_inline)) void tile(
             }
             const __m256i a0 = bits == 4 ? w0 : _mm256_abs_epi8(w0);
             const __m256i a1 = bits == 4 ? w1 : _mm256_abs_epi8(w1);
-            const __m256 s = raw != NULL ? _mm256_permutevar8x32_ps(window[n][upper], at_lanes)
-                                         : _mm256_loadu_ps(wscale[n] + (int64_t)p * 8);
+            const __m256 s = _mm256_permutevar8x32_ps(window[n][upper], at_lanes);
             for (int m = 0; m < MT; m++) {
                 const int8_t *qb = q + m * a->q_stride + (int64_t)b * BLOCK;
                 const __m256i q0 = _mm256_loadu_si256((const __m256i *)qb);
@@ -206,10 +203,8 @@ static inline __attribute__((always_inline)) void tile(
     for (int g = 0; g < groups; g += 8)
         for (int n = 0; n < NT; n++) {
             const __m256 o =
-                raw != NULL
-                    ? _mm256_fmadd_ps(halves8(raw->scale[n] + g, groups - g, raw->scale_end), z,
-                                      halves8(raw->offset[n] + g, groups - g, raw->offset_end))
-                    : _mm256_loadu_ps(woffset[n] + g);
+                _mm256_fmadd_ps(halves8(raw->scale[n] + g, groups - g, raw->scale_end), z,
+                                halves8(raw->offset[n] + g, groups - g, raw->offset_end));
             for (int m = 0; m < MT; m++)
                 acc[m][n] = _mm256_fmadd_ps(o, _mm256_loadu_ps(xsum + m * a->sum_stride + g),
                                             acc[m][n]);
