@@ -331,18 +331,21 @@ int quant_linear_q8(const void *x, int64_t x_stride, int x_bf16, int64_t M, cons
         weight_tables t = {0};
         t.scale_stride = lanes_a_row(blocks, bits);
         t.offset_stride = a.sum_stride;
-        t.scale = calloc((size_t)(ROW_CHUNK * t.scale_stride), sizeof(float));
-        t.offset = calloc((size_t)(ROW_CHUNK * t.offset_stride), sizeof(float));
+        /* AVX2 never fills the float tables: one row keeps the pointers valid */
+        const int table_rows = Q8_PATH == 1 ? 1 : ROW_CHUNK;
+        t.scale = calloc((size_t)(table_rows * t.scale_stride), sizeof(float));
+        t.offset = calloc((size_t)(table_rows * t.offset_stride), sizeof(float));
         const int windows = (blocks + WINDOW - 1) / WINDOW;
         t.window_group = malloc((size_t)windows * WINDOW * sizeof(int32_t));
-        /* AVX2: lane l of pair step p reads its block's group within the window */
-        int32_t *pair_index = malloc((size_t)windows * WINDOW * 4 * sizeof(int32_t));
+        /* AVX2 only: lane l of pair step p reads its block's group within the window */
+        const size_t pair_lanes = Q8_PATH == 1 ? (size_t)windows * WINDOW * 4 : 1;
+        int32_t *pair_index = malloc(pair_lanes * sizeof(int32_t));
         const int ready =
             t.scale != NULL && t.offset != NULL && t.window_group != NULL && pair_index != NULL;
         for (int b = 0; ready && b < windows * WINDOW; b++)
             t.window_group[b] =
                 b < blocks ? b / group_blocks - b / WINDOW * WINDOW / group_blocks : 0;
-        for (int p = 0; ready && p < windows * WINDOW / 2; p++)
+        for (int p = 0; Q8_PATH == 1 && ready && p < windows * WINDOW / 2; p++)
             for (int l = 0; l < 8; l++)
                 pair_index[p * 8 + l] = t.window_group[2 * p + pair_lane_block(l, bits)];
         if (!ready) {
@@ -374,8 +377,9 @@ int quant_linear_q8(const void *x, int64_t x_stride, int x_bf16, int64_t M, cons
                     for (int n = 0; n < nt; n++) { /* past the chunk: its last row again */
                         const int r = j + n < rows ? j + n : rows - 1;
                         tile_rows[n] = codes + (n0 + r) * row_bytes;
-                        ws[n] = t.scale + r * t.scale_stride;
-                        wo[n] = t.offset + r * t.offset_stride;
+                        const int tr = r < table_rows ? r : 0; /* AVX2: its one row */
+                        ws[n] = t.scale + tr * t.scale_stride;
+                        wo[n] = t.offset + tr * t.offset_stride;
                         raw.scale[n] = scale + (n0 + r) * groups;
                         raw.offset[n] = offset + (n0 + r) * groups;
                     }
