@@ -1,16 +1,19 @@
-"""The CPU attention backend: decodes through the C kernel, prefill chunks through torch.
+"""The CPU attention backend: decodes and prefill chunks through C kernels.
 
 Decode steps are where the torch path spends its time on a CPU: it gathers every
 sequence's whole context out of the pool (a copy of all of K and V each layer) before one
 masked SDPA. The kernel in paged_decode.c reads the pool in place through the block
-tables. Prefill chunks are long enough for SDPA's own kernels, so they stay on the torch
-path, which is also the reference the kernel is tested against.
+tables. Prefill chunks go through paged_prefill.h (flash-attention tiles over the pool in
+place, bf16 dot products where the processor has them): 2-3x faster than torch's SDPA on a
+512-token chunk. The torch path is the reference both are tested against, and serves what
+the kernels do not take (a head size that is not a multiple of 16, say).
 
 Cascade (cascade.py): when the decodes share leading blocks (every chat that starts with
 the same system prompt hits the same cached blocks), those are attended once for the whole
 batch, and the kernel attends each sequence's own part and folds the two together. So are
-prefill chunks that all follow the same cached blocks: the shared keys are read once per
-layer instead of once per sequence.
+prefill chunks that all follow the same cached blocks, where the chunk kernel does not take
+them (it is faster than the cascade's torch attention even though it reads the shared keys
+once per chunk).
 """
 
 from __future__ import annotations
@@ -34,6 +37,9 @@ from inference.kernels.kv_cache import FP8_KV_DTYPE, KVCache, kv_scales
 _DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2, FP8_KV_DTYPE: 3}
 # Shorter shared prefixes are not worth a separate pass.
 CASCADE_MIN_TOKENS = 64
+# What paged_prefill.h takes (PF_MAX_DIM, PF_MAX_GROUP): larger heads or GQA groups keep
+# the torch path.
+PREFILL_KERNEL_MAX_HEAD_DIM, PREFILL_KERNEL_MAX_GROUP = 128, 32
 
 
 @dataclass
@@ -92,6 +98,9 @@ class CpuAttentionBackend:
     def __init__(self, library: ctypes.CDLL, store: ctypes.CDLL) -> None:
         """``library``: paged_decode.c; ``store``: kv_store.c (build.py loads both)."""
         self._kernel = library.paged_decode_attention
+        self._prefill_kernel = library.paged_prefill_attention
+        # 0 in a build without AVX-512: prefill chunks keep the torch path there
+        self._prefill_kernel_built = bool(library.paged_prefill_available())
         self._store_kv = store.store_kv
         self._torch = TorchAttentionBackend()  # the reference, for what the kernels skip
 
@@ -230,12 +239,17 @@ class CpuAttentionBackend:
         out: torch.Tensor,
         seqs: list[int],
     ) -> None:
-        """Chunks that are all of their context past the shared blocks go through the
-        cascade; any other chunk through the torch path."""
+        """Chunks go through the chunk kernel where it takes them (paged_prefill.h; 1.8-2.3x
+        faster than the cascade on chunks after a shared prefix, see docs/engine.md); else
+        those that are all of their context past the shared blocks through the cascade and
+        the rest through the torch path."""
         if not seqs:  # a pure decode step: every layer comes here
             return
-        block_size = cache[0].shape[1]
         base = meta.base
+        if self._chunk_kernel_takes(query, cache, base, out):
+            self._attend_chunks(query, cache, base, scale, out, seqs)
+            return
+        block_size = cache[0].shape[1]
         shared = meta.prefill_shared_blocks
         skip = shared * block_size
         starts = base.query_start_loc
@@ -259,6 +273,77 @@ class CpuAttentionBackend:
         rest = [i for i in seqs if i not in cascade]
         if rest:
             self._torch.prefill(query, cache, base, scale, out, rest)
+
+    def _chunk_kernel_takes(
+        self, query: torch.Tensor, cache: KVCache, base: TorchAttentionMetadata, out: torch.Tensor
+    ) -> bool:
+        key_cache, value_cache = cache
+        tables, head_dim = base.block_tables, key_cache.shape[3]
+        return (
+            self._prefill_kernel_built
+            and query.dtype in _DTYPE_CODES
+            and query.dtype != FP8_KV_DTYPE
+            and key_cache.dtype in _DTYPE_CODES
+            and head_dim % 16 == 0
+            and head_dim <= PREFILL_KERNEL_MAX_HEAD_DIM
+            and query.shape[1] // key_cache.shape[2] <= PREFILL_KERNEL_MAX_GROUP
+            and _rows_of_heads(query)
+            and _rows_of_heads(out)
+            and out.dtype == query.dtype
+            and out.shape == query.shape
+            and key_cache.is_contiguous()
+            and value_cache.is_contiguous()
+            and tables.dtype == torch.int64
+            and tables.dim() == 2
+            and tables.stride(1) == 1
+        )
+
+    def _attend_chunks(
+        self,
+        query: torch.Tensor,
+        cache: KVCache,
+        base: TorchAttentionMetadata,
+        scale: float,
+        out: torch.Tensor,
+        seqs: list[int],
+    ) -> None:
+        """Chunks ``seqs``, each causally over its whole context, through the C kernel: the
+        pools read in place through the block tables, no gathered copy."""
+        key_cache, value_cache = cache
+        tables = base.block_tables
+        _, block_size, num_kv_heads, head_dim = key_cache.shape
+        starts = base.query_start_loc
+        chunks = torch.tensor(
+            [[i, starts[i], starts[i + 1] - starts[i], base.seq_lens[i]] for i in seqs],
+            dtype=torch.int64,
+        )
+        k_scale, v_scale = kv_scales(cache)
+        status = self._prefill_kernel(
+            query.data_ptr(),
+            query.stride(0),
+            out.data_ptr(),
+            out.stride(0),
+            _DTYPE_CODES[query.dtype],
+            query.shape[0],
+            key_cache.data_ptr(),
+            value_cache.data_ptr(),
+            _DTYPE_CODES[key_cache.dtype],
+            tables.data_ptr(),
+            tables.shape[0],
+            tables.stride(0),
+            chunks.data_ptr(),
+            len(seqs),
+            query.shape[1],
+            num_kv_heads,
+            head_dim,
+            block_size,
+            scale,
+            k_scale,
+            v_scale,
+            torch.get_num_threads(),
+        )
+        if status != 0:
+            raise RuntimeError(f"CPU prefill-attention kernel failed with status {status}")
 
 
 def _rows_of_heads(x: torch.Tensor) -> bool:

@@ -73,6 +73,13 @@ SIGNATURES: dict[str, dict[str, list[type[Any]]]] = {
             *(_i32, _i32, _i32, _i32, _f32, _f32, _f32),  # heads, kv heads, dim, block, scales
             *(_i64, _p, _p, _i32),  # skip, prior, prior_lse, threads
         ],
+        "paged_prefill_available": [],
+        "paged_prefill_attention": [
+            *(_p, _i64, _p, _i64, _i32, _i64),  # query, its stride, out, its stride, dtype, T
+            *(_p, _p, _i32, _p, _i64, _i64),  # key, value, dtype, tables, their rows, stride
+            *(_p, _i64),  # chunks (table row, first row, query length, context), how many
+            *(_i32, _i32, _i32, _i32, _f32, _f32, _f32, _i32),  # as paged_decode_attention
+        ],
     },
     "kv_store": {
         "store_kv": [

@@ -374,3 +374,5 @@ int paged_decode_attention(const void *query, int64_t query_stride, void *out,
     }
     return failed ? -3 : 0;
 }
+
+#include "paged_prefill.h" /* paged_prefill_attention: prefill chunks */

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+import inference.kernels.cpu.backend as backend_module
 from inference.kernels.attention import TorchAttentionBackend
 from inference.kernels.cpu.backend import (
     CASCADE_MIN_TOKENS,
@@ -24,33 +25,46 @@ POOLS = {"bf16": torch.bfloat16, "fp8": FP8_KV_DTYPE, "f32": torch.float32}
 
 @pytest.mark.parametrize("pool", POOLS)
 @pytest.mark.parametrize("group", [1, 3])
-def test_chunks_after_a_shared_prefix_match_the_torch_path(group: int, pool: str) -> None:
-    """Three chunks right after 5 shared blocks take the cascade; a chunk with more of its
-    own context cached and a decode take their usual paths, in the same step."""
+@pytest.mark.parametrize("head_dim", [64, 40])
+def test_chunks_after_a_shared_prefix_match_the_torch_path(
+    head_dim: int, group: int, pool: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three chunks right after 5 shared blocks, a chunk with more of its own context
+    cached and a decode, in the same step. With 64-wide heads the chunk kernel takes every
+    chunk; with 40 (not a multiple of 16) the three take the cascade."""
     contexts = [(80, 20), (80, 33), (80, 16), (95, 10), (100, 1)]
     dtype = torch.float32 if pool == "f32" else torch.bfloat16
     case = make_case(
         contexts,
         group=group,
         num_kv_heads=2,
-        head_dim=64,
+        head_dim=head_dim,
         block_size=16,
         dtype=dtype,
         pool_dtype=POOLS[pool],
         shared_blocks=5,
     )
     assert build_cpu_metadata(case.layout, CPU).prefill_shared_blocks == 5
-    assert CASCADE_MIN_TOKENS <= 5 * 16  # the cascade really runs
-    scale = 64**-0.5
+    assert CASCADE_MIN_TOKENS <= 5 * 16
+    scale = head_dim**-0.5
     expected = case.attend(TorchAttentionBackend(), scale)
+    cascades: list[int] = []
+    real = backend_module.shared_prefix_attention
+
+    def counted(queries: torch.Tensor, *args: object) -> tuple[torch.Tensor, torch.Tensor]:
+        cascades.append(queries.shape[0])
+        return real(queries, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(backend_module, "shared_prefix_attention", counted)
     actual = case.attend(CpuAttentionBackend(load_paged_decode(), load_kv_store()), scale)
+    assert cascades == ([] if head_dim == 64 else [20 + 33 + 16])
     if pool == "f32":
         torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
     else:
         assert_close_bf16(actual, expected)
 
 
-def test_chunks_sharing_nothing_take_the_torch_path() -> None:
+def test_chunks_sharing_nothing_take_the_chunk_kernel() -> None:
     case = make_case(
         [(40, 20), (40, 20)],
         group=2,
@@ -64,7 +78,7 @@ def test_chunks_sharing_nothing_take_the_torch_path() -> None:
     scale = 0.25
     expected = case.attend(TorchAttentionBackend(), scale)
     actual = case.attend(CpuAttentionBackend(load_paged_decode(), load_kv_store()), scale)
-    assert torch.equal(actual, expected)
+    torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
 
 
 def test_fold_is_softmax_over_the_union() -> None:
