@@ -45,8 +45,10 @@ CHROMIUM_ARGS = [
 ADMIN_EMAIL = "root@example.test"
 DESKTOP = {"width": 1280, "height": 800}
 PHONE = {"width": 390, "height": 844}
-# Long enough that an answer can be stopped half-way on this CPU.
-E2E_MAX_MODEL_LEN = 512  # the tiny checkpoint's max_position_embeddings
+# Long enough that an answer can be stopped half-way on a fast CPU too (the tiny model
+# writes 450 tokens in well under a second on a Zen 5, and a stop sent after the first
+# token arrived could find the answer already done).
+E2E_MAX_MODEL_LEN = 4096  # the tiny checkpoint's max_position_embeddings
 
 
 @pytest.fixture(scope="session")
@@ -80,7 +82,9 @@ def browser(playwright: Playwright) -> Iterator[Browser]:
 def e2e_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     from tests.inference.checkpoints import make_checkpoint
 
-    checkpoint = make_checkpoint("llama", tmp_path_factory.mktemp("e2e-worker"))
+    checkpoint = make_checkpoint(
+        "llama", tmp_path_factory.mktemp("e2e-worker"), max_position_embeddings=E2E_MAX_MODEL_LEN
+    )
     engine = tiny_engine(
         checkpoint, max_model_len=E2E_MAX_MODEL_LEN, kv_cache_memory_bytes=32 << 20
     )
