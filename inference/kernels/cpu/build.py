@@ -277,10 +277,18 @@ def build_key(compiler: str, flags: tuple[str, ...], source: Path) -> str:
 
 
 def local_includes(source: Path) -> list[Path]:
-    """The files beside ``source`` that it includes (``#include "name.h"``), in order."""
-    text = source.read_text(encoding="utf-8", errors="replace")
-    names = re.findall(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', text, flags=re.MULTILINE)
-    return [source.parent / name for name in names]
+    """The files beside ``source`` that it includes (``#include "name.h"``), and those they
+    include in turn, each once, in the order they are first met."""
+    found: list[Path] = []
+    pending = [source]
+    while pending:
+        text = pending.pop(0).read_text(encoding="utf-8", errors="replace")
+        names = re.findall(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', text, flags=re.MULTILINE)
+        for header in (source.parent / name for name in names):
+            if header not in found and header != source:
+                found.append(header)
+                pending.append(header)
+    return found
 
 
 @cache

@@ -18,7 +18,7 @@
  * bf16 pool where the processor has AVX-512 BF16 (paged_prefill_bf16.h). head_dim a
  * multiple of 16 (bf16: 32), up to 128. */
 
-enum { PF_QT = 16, PF_KT = 16, PF_MAX_DIM = 128, PF_MAX_GROUP = 32 };
+enum { PF_QT = 32, PF_KT = 16, PF_MAX_DIM = 128, PF_MAX_GROUP = 32 };
 #define PF_MASKED (-1e30f) /* a score no key reaches; finite, as -ffast-math assumes */
 
 #if defined(__AVX512F__)

@@ -103,6 +103,23 @@ def test_the_key_follows_the_headers_a_source_includes(tmp_path: Path) -> None:
     ]
 
 
+def test_the_key_follows_headers_that_headers_include(tmp_path: Path) -> None:
+    """paged_decode.c includes paged_prefill.h, which includes paged_prefill_bf16.h: an edit
+    to the inner one must rebuild the kernel too."""
+    source, outer, inner = tmp_path / "k.c", tmp_path / "k_outer.h", tmp_path / "k_inner.h"
+    inner.write_text('#include "k_outer.h" /* a cycle is followed once */\nstatic int h = 1;\n')
+    outer.write_text('#include "k_inner.h"\n')
+    source.write_text('#include "k_outer.h"\nint f(void) { return h; }\n')
+    assert build.local_includes(source) == [outer, inner]
+    key = build_key("/usr/bin/cc", FLAGS, source)
+    inner.write_text('#include "k_outer.h"\nstatic int h = 2;\n')
+    assert key != build_key("/usr/bin/cc", FLAGS, source)
+    assert build.local_includes(build.HERE / "paged_decode.c") == [
+        build.HERE / "paged_prefill.h",
+        build.HERE / "paged_prefill_bf16.h",
+    ]
+
+
 PREBUILD = (
     "import logging, sys; logging.basicConfig(level='INFO', stream=sys.stdout);"
     "from inference.kernels.cpu import build;"
