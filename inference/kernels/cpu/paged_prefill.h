@@ -7,16 +7,17 @@
  *
  * One work item is a tile of PF_QT query tokens of one sequence and one KV head, with the
  * query heads of that KV head (a GQA group): PF_QT * group rows. Keys and values go by in
- * tiles of PF_KT tokens, laid out once for all the rows (keys transposed, so a row's 16
- * scores are one vector), and each row keeps a running maximum, sum and output (the online
- * softmax of flash attention): no scores for the whole context. Rows before a key tile skip
- * it (causal), and the tile's keys past a row's position are masked. Scores go four rows at
- * a time in two chains each, so eight products are in flight.
+ * tiles of PF_KT tokens, laid out once for all the rows, and each row keeps a running
+ * maximum, sum and output (the online softmax of flash attention): no scores for the whole
+ * context. Rows before a key tile skip it (causal), and the tile's keys past a row's
+ * position are masked.
  *
  * AVX-512 only (paged_prefill_available() says 0 elsewhere, and the caller keeps torch's
- * path): float32 products for any pool dtype, bf16 dot products for bf16 queries over a
- * bf16 pool where the processor has AVX-512 BF16 (paged_prefill_bf16.h). head_dim a
- * multiple of 16 (bf16: 32), up to 128. */
+ * path). Here pf_tile, for any dtype: float32 products, a row at a time with the tile's
+ * keys in the lanes (transposed, so a row's 16 scores are one vector), four rows' scores
+ * at a time in two chains each. bf16 queries over a bf16 pool, where the processor has
+ * AVX-512 BF16: paged_prefill_bf16.h, 16 rows in the lanes. head_dim a multiple of 16
+ * (bf16: 32), up to 128. */
 
 enum { PF_QT = 32, PF_KT = 16, PF_MAX_DIM = 128, PF_MAX_GROUP = 32 };
 #define PF_MASKED (-1e30f) /* a score no key reaches; finite, as -ffast-math assumes */
@@ -25,10 +26,10 @@ enum { PF_QT = 32, PF_KT = 16, PF_MAX_DIM = 128, PF_MAX_GROUP = 32 };
 #define PF_AVAILABLE 1
 
 typedef struct {
-    float *o, *m, *l;  /* rows x head_dim outputs, running maxima and sums */
-    float *q;          /* rows x head_dim: the queries as float (the float path) */
-    float *kt;         /* head_dim x 16: the key tile, transposed (bf16: pairs of lanes) */
-    float *v;          /* 16 x head_dim: the value tile (bf16: pairs of keys) */
+    float *o, *m, *l; /* rows x head_dim outputs (bf16: transposed), running maxima, sums */
+    float *q;         /* rows x head_dim: the queries as float (bf16: the rows' pairs) */
+    float *kt;        /* head_dim x 16: the key tile, transposed (bf16: unused) */
+    float *v;         /* 16 x head_dim: the value tile (bf16: pairs of keys) */
 } pf_scratch;
 
 /* e^x lane by lane (x <= 0 here): 2^n * 2^f with f in [-1/2, 1/2], 2^f by Cephes'

@@ -1,63 +1,34 @@
 /* The prefill tile of paged_prefill.h for bf16 queries over a bf16 pool, with the
  * processor's bf16 dot products (AVX-512 BF16: two products per float lane per
- * instruction). Included by paged_prefill.h; the same item, tiles and online softmax as
- * pf_tile, with two differences of layout:
- *   scores  the key tile as 16 keys' (d, d + 1) pairs a vector, dotted with each query row's
- *           pair broadcast: exact products of the bf16 values, summed in float;
- *   values  the probabilities rounded to bf16 (as torch's flash attention does for bf16)
- *           and dotted with two keys' values at a time (the value tile laid out as pairs
- *           of keys per head_dim lane).
+ * instruction). Included by paged_prefill.h; the same items, key tiles and online softmax
+ * as pf_tile, but with the item's rows in the vector lanes, 16 rows a block:
+ *   scores  one vector a key: the block's queries as (d, d + 1) pairs a lane (laid out
+ *           once an item) dotted with the key's pair broadcast straight from the pool;
+ *           exact products of the bf16 values, summed in float;
+ *   softmax each row's maximum and sum are lane-wise over the tile's 16 key vectors (no
+ *           reductions across lanes), the causal mask one compare a key;
+ *   values  the probabilities rounded to bf16 (as torch's flash attention does for bf16),
+ *           two keys a lane pair, dotted with the two keys' value pair broadcast per
+ *           head_dim lane; the outputs kept transposed (head_dim vectors of 16 rows).
  * head_dim a multiple of 32. */
 
 #if defined(__AVX512BW__) && defined(__AVX512BF16__)
 #define PF_HAS_BF16 1
 
-/* o = o * corr + the value tile weighed by `pairs` bf16 pairs of probabilities (C chunks
- * of 16 lanes; a constant once inlined), in two chains. */
-static inline __attribute__((always_inline)) void pf_weigh_bf16(float *o, const uint32_t *pp,
-                                                                const uint16_t *vp, int pairs,
-                                                                float corr, const int C) {
-    __m512 acc[PF_MAX_DIM / 16], odd[PF_MAX_DIM / 16];
-    for (int c = 0; c < C; ++c) {
-        acc[c] = _mm512_mul_ps(_mm512_load_ps(o + 16 * c), _mm512_set1_ps(corr));
-        odd[c] = _mm512_setzero_ps();
-    }
-    int jp = 0;
-    for (; jp + 1 < pairs; jp += 2) {
-        const __m512bh p0 = (__m512bh)_mm512_set1_epi32((int)pp[jp]);
-        const __m512bh p1 = (__m512bh)_mm512_set1_epi32((int)pp[jp + 1]);
-        const uint16_t *v0 = vp + (int64_t)jp * C * 32, *v1 = v0 + C * 32;
-        for (int c = 0; c < C; ++c) {
-            acc[c] = _mm512_dpbf16_ps(acc[c], p0, (__m512bh)_mm512_load_si512(v0 + 32 * c));
-            odd[c] = _mm512_dpbf16_ps(odd[c], p1, (__m512bh)_mm512_load_si512(v1 + 32 * c));
-        }
-    }
-    if (jp < pairs) {
-        const __m512bh p0 = (__m512bh)_mm512_set1_epi32((int)pp[jp]);
-        const uint16_t *v0 = vp + (int64_t)jp * C * 32;
-        for (int c = 0; c < C; ++c)
-            acc[c] = _mm512_dpbf16_ps(acc[c], p0, (__m512bh)_mm512_load_si512(v0 + 32 * c));
-    }
-    for (int c = 0; c < C; ++c) _mm512_store_ps(o + 16 * c, _mm512_add_ps(acc[c], odd[c]));
-}
-
 static const uint16_t pf_zero_row[PF_MAX_DIM] __attribute__((aligned(64))) = {0};
 
-/* Lays out a tile of n keys and values from t0 on (the rest zero): kp[d / 2][j] holds key
- * j's (d, d + 1) pair; vp, per pair of keys jp and lane chunk c, 16 lanes of (value 2jp,
- * value 2jp + 1) pairs. */
+/* The tile of n keys from t0 on: each key's row in the pool (a row of zeros past n), and
+ * vp, per pair of keys jp and head_dim lane d, the pair (value 2jp, value 2jp + 1) at
+ * ((uint32_t *)vp)[jp * dim + d]. */
 static void pf_layout_bf16(const Problem *p, const int64_t *table, int64_t t0, int n, int h,
-                           uint32_t *kp, uint16_t *vp) {
+                           const uint16_t **krow, uint16_t *vp) {
     const int dim = p->head_dim, width = p->num_kv_heads * dim;
-    const uint16_t *keys = p->key, *values = p->value;
-    const uint16_t *krow[PF_KT], *vrow[PF_KT];
+    const uint16_t *vrow[PF_KT];
     for (int j = 0; j < PF_KT; ++j) {
         const int64_t at = j < n ? slot_of(table, t0 + j, p->block_size) * width + h * dim : 0;
-        krow[j] = j < n ? keys + at : pf_zero_row;
-        vrow[j] = j < n ? values + at : pf_zero_row;
+        krow[j] = j < n ? (const uint16_t *)p->key + at : pf_zero_row;
+        vrow[j] = j < n ? (const uint16_t *)p->value + at : pf_zero_row;
     }
-    for (int dp = 0; dp < dim / 2; ++dp)
-        for (int j = 0; j < PF_KT; ++j) kp[dp * PF_KT + j] = ((const uint32_t *)krow[j])[dp];
     const __m512i low = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9,
                                          40, 8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33,
                                          1, 32, 0);
@@ -72,61 +43,109 @@ static void pf_layout_bf16(const Problem *p, const int64_t *table, int64_t t0, i
         }
 }
 
-/* pf_tile for bf16 queries and pool (see the top of this file). */
+/* One block of 16 rows over the key tile (see the top of this file). qt: dim / 2 vectors
+ * of the rows' query pairs; ot: dim vectors of their outputs; m, l: their running maxima
+ * and sums; pos: each lane's position in its sequence (-1: no row). */
+static inline void pf_block_bf16(const Problem *p, const __m512i *qt, float *ot, float *m,
+                                 float *l, __m512i pos, int64_t t0, int n,
+                                 const uint16_t *const *krow, const uint32_t *vp) {
+    const int dim = p->head_dim, pairs = dim / 2;
+    __m512 score[PF_KT];
+    for (int j = 0; j < PF_KT; ++j) score[j] = _mm512_setzero_ps();
+    for (int dp = 0; dp < pairs; ++dp) {
+        const __m512bh q = (__m512bh)_mm512_load_si512(qt + dp);
+        for (int j = 0; j < PF_KT; ++j) {
+            const __m512i k = _mm512_set1_epi32((int)((const uint32_t *)krow[j])[dp]);
+            score[j] = _mm512_dpbf16_ps(score[j], q, (__m512bh)k);
+        }
+    }
+    const __m512 scale = _mm512_set1_ps(p->q_scale), masked = _mm512_set1_ps(PF_MASKED);
+    const __m512 before = _mm512_loadu_ps(m);
+    __m512 top = before;
+    __mmask16 live[PF_KT];
+    for (int j = 0; j < PF_KT; ++j) {
+        live[j] = j < n ? _mm512_cmpge_epi32_mask(pos, _mm512_set1_epi32((int)(t0 + j))) : 0;
+        score[j] = _mm512_mask_mul_ps(masked, live[j], score[j], scale);
+        top = _mm512_max_ps(top, score[j]);
+    }
+    const __m512 corr = pf_exp512(_mm512_sub_ps(before, top));
+    __m512 sum = _mm512_setzero_ps();
+    for (int j = 0; j < PF_KT; ++j) {
+        score[j] = _mm512_maskz_mov_ps(live[j], pf_exp512(_mm512_sub_ps(score[j], top)));
+        sum = _mm512_add_ps(sum, score[j]);
+    }
+    _mm512_storeu_ps(l, _mm512_fmadd_ps(_mm512_loadu_ps(l), corr, sum));
+    _mm512_storeu_ps(m, top);
+    /* lane pairs (p of key 2jp, p of key 2jp + 1) for each row */
+    const __m512i interleave = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10,
+                                                25, 9, 24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19,
+                                                3, 18, 2, 17, 1, 16, 0);
+    const int used = (n + 1) / 2;
+    __m512bh pp[PF_KT / 2];
+    for (int jp = 0; jp < used; ++jp)
+        pp[jp] = (__m512bh)_mm512_permutexvar_epi16(
+            interleave, (__m512i)_mm512_cvtne2ps_pbh(score[2 * jp + 1], score[2 * jp]));
+    for (int d0 = 0; d0 < dim; d0 += 16) {
+        __m512 acc[16];
+        for (int dd = 0; dd < 16; ++dd)
+            acc[dd] = _mm512_mul_ps(_mm512_load_ps(ot + (int64_t)(d0 + dd) * 16), corr);
+        for (int jp = 0; jp < used; ++jp)
+            for (int dd = 0; dd < 16; ++dd)
+                acc[dd] = _mm512_dpbf16_ps(
+                    acc[dd], pp[jp],
+                    (__m512bh)_mm512_set1_epi32((int)vp[(int64_t)jp * dim + d0 + dd]));
+        for (int dd = 0; dd < 16; ++dd) _mm512_store_ps(ot + (int64_t)(d0 + dd) * 16, acc[dd]);
+    }
+}
+
+/* pf_tile for bf16 queries and pool (see the top of this file). s->q holds the blocks'
+ * query pairs, s->o their transposed outputs. */
 static void pf_tile_bf16(const Problem *p, const int64_t *table, int64_t start, int64_t first,
                          int count, int64_t pos0, int h, const pf_scratch *s) {
     const int dim = p->head_dim, group = p->num_heads / p->num_kv_heads;
-    const int rows = count * group, chunks = dim / 16, pairs = dim / 2;
-    uint32_t *kp = (uint32_t *)s->kt;
-    uint16_t *vp = (uint16_t *)s->v;
-    const uint32_t *q[PF_QT * PF_MAX_GROUP];
-    for (int r = 0; r < rows; ++r) {
-        const int64_t token = start + first + r / group;
-        q[r] = (const uint32_t *)((const uint16_t *)p->query + token * p->query_stride +
-                                  (int64_t)(h * group + r % group) * dim);
-        memset(s->o + (int64_t)r * dim, 0, sizeof(float) * (size_t)dim);
-        s->m[r] = PF_MASKED;
-        s->l[r] = 0.0f;
+    const int rows = count * group, blocks = (rows + 15) / 16, pairs = dim / 2;
+    __m512i *qt = (__m512i *)s->q;
+    uint32_t *q_lanes = (uint32_t *)s->q;
+    for (int b = 0; b < blocks; ++b) {
+        for (int i = 0; i < 16; ++i) {
+            const int r = b * 16 + i;
+            const int64_t token = start + first + (r < rows ? r : rows - 1) / group;
+            const uint32_t *q = (const uint32_t *)((const uint16_t *)p->query +
+                                                   token * p->query_stride +
+                                                   (int64_t)(h * group + r % group) * dim);
+            for (int dp = 0; dp < pairs; ++dp)
+                q_lanes[((int64_t)b * pairs + dp) * 16 + i] = r < rows ? q[dp] : 0;
+            s->m[r] = PF_MASKED;
+            s->l[r] = 0.0f;
+        }
+        memset(s->o + (int64_t)b * dim * 16, 0, sizeof(float) * 16 * (size_t)dim);
     }
+    const uint16_t *krow[PF_KT];
     const int64_t last = pos0 + count - 1;
     for (int64_t t0 = 0; t0 <= last; t0 += PF_KT) {
         const int n = last + 1 - t0 < PF_KT ? (int)(last + 1 - t0) : PF_KT;
-        pf_layout_bf16(p, table, t0, n, h, kp, vp);
-        const int r0 = t0 > pos0 ? (int)(t0 - pos0) * group : 0; /* rows before: none */
-        for (int r = r0; r < rows; r += 4) {
-            const int live_rows = rows - r < 4 ? rows - r : 4;
-            const uint32_t *qr[4];
-            for (int i = 0; i < 4; ++i) qr[i] = q[r + (i < live_rows ? i : 0)];
-            __m512 even[4], odd[4];
-            for (int i = 0; i < 4; ++i) even[i] = odd[i] = _mm512_setzero_ps();
-            for (int dp = 0; dp < pairs; dp += 2) {
-                const __m512bh k0 = (__m512bh)_mm512_load_si512(kp + dp * PF_KT);
-                const __m512bh k1 = (__m512bh)_mm512_load_si512(kp + (dp + 1) * PF_KT);
-                for (int i = 0; i < 4; ++i) {
-                    even[i] = _mm512_dpbf16_ps(even[i], (__m512bh)_mm512_set1_epi32((int)qr[i][dp]), k0);
-                    odd[i] = _mm512_dpbf16_ps(odd[i], (__m512bh)_mm512_set1_epi32((int)qr[i][dp + 1]), k1);
-                }
+        pf_layout_bf16(p, table, t0, n, h, krow, (uint16_t *)s->v);
+        for (int b = 0; b < blocks; ++b) {
+            const int top_row = b * 16 + 15 < rows ? b * 16 + 15 : rows - 1;
+            if (pos0 + top_row / group < t0) continue; /* causal: the tile is after them */
+            int lanes[16];
+            for (int i = 0; i < 16; ++i) {
+                const int r = b * 16 + i;
+                lanes[i] = r < rows ? (int)(pos0 + r / group) : -1;
             }
-            for (int i = 0; i < live_rows; ++i) {
-                const int row = r + i;
-                const int64_t pos = pos0 + row / group;
-                const int valid = pos - t0 + 1 < n ? (int)(pos - t0 + 1) : n;
-                float corr;
-                const __m512 e = pf_softmax_step(_mm512_add_ps(even[i], odd[i]), valid,
-                                                 p->q_scale, &s->m[row], &s->l[row], &corr);
-                uint32_t pp[PF_KT / 2];
-                _mm256_storeu_si256((__m256i *)pp, (__m256i)_mm512_cvtneps_pbh(e));
-                float *o = s->o + (int64_t)row * dim;
-                const int used = (valid + 1) / 2;
-                switch (chunks) { /* a constant for pf_weigh_bf16's loops */
-                case 2: pf_weigh_bf16(o, pp, vp, used, corr, 2); break;
-                case 4: pf_weigh_bf16(o, pp, vp, used, corr, 4); break;
-                case 8: pf_weigh_bf16(o, pp, vp, used, corr, 8); break;
-                default: pf_weigh_bf16(o, pp, vp, used, corr, chunks); break;
-                }
-            }
+            pf_block_bf16(p, qt + (int64_t)b * pairs, s->o + (int64_t)b * dim * 16,
+                          s->m + b * 16, s->l + b * 16, _mm512_loadu_si512(lanes), t0, n, krow,
+                          (const uint32_t *)s->v);
         }
     }
-    pf_store(p, start, first, rows, h, s);
+    float row[PF_MAX_DIM] __attribute__((aligned(64)));
+    for (int r = 0; r < rows; ++r) {
+        const int b = r / 16, i = r % 16;
+        const float norm = p->v_scale / s->l[r];
+        for (int d = 0; d < dim; ++d) row[d] = s->o[((int64_t)b * dim + d) * 16 + i] * norm;
+        const int64_t token = start + first + r / group;
+        store_row(p->out, token * p->out_stride + (int64_t)(h * group + r % group) * dim,
+                  p->q_dtype, dim, row);
+    }
 }
 #endif
