@@ -240,7 +240,7 @@ class CpuAttentionBackend:
         out: torch.Tensor,
         seqs: list[int],
     ) -> None:
-        """Chunks go through the chunk kernel where it takes them (paged_prefill.h; 1.1-4.6x
+        """Chunks go through the chunk kernel where it takes them (paged_prefill.h; 1.2-4.6x
         faster than the cascade on chunks after a shared prefix, see docs/engine.md); else
         those that are all of their context past the shared blocks through the cascade and
         the rest through the torch path."""

@@ -15,8 +15,8 @@
  * AVX-512 only (paged_prefill_available() says 0 elsewhere, and the caller keeps torch's
  * path). Here pf_tile, for any dtype: float32 products, a row at a time with the tile's
  * keys in the lanes (transposed, so a row's 16 scores are one vector), four rows' scores
- * at a time in two chains each. bf16 queries over a bf16 pool, where the processor has
- * AVX-512 BF16: paged_prefill_bf16.h, 16 rows in the lanes. head_dim a multiple of 16
+ * at a time in two chains each. bf16 queries over a bf16 or FP8 pool, where the processor
+ * has AVX-512 BF16: paged_prefill_bf16.h, 16 rows in the lanes. head_dim a multiple of 16
  * (bf16: 32), up to 128. */
 
 enum { PF_QT = 32, PF_KT = 16, PF_MAX_DIM = 128, PF_MAX_GROUP = 32 };
@@ -28,7 +28,7 @@ enum { PF_QT = 32, PF_KT = 16, PF_MAX_DIM = 128, PF_MAX_GROUP = 32 };
 typedef struct {
     float *o, *m, *l; /* rows x head_dim outputs (bf16: transposed), running maxima, sums */
     float *q;         /* rows x head_dim: the queries as float (bf16: the rows' pairs) */
-    float *kt;        /* head_dim x 16: the key tile, transposed (bf16: unused) */
+    float *kt;        /* head_dim x 16: the key tile, transposed (bf16: an FP8 tile's rows) */
     float *v;         /* 16 x head_dim: the value tile (bf16: pairs of keys) */
 } pf_scratch;
 
@@ -214,7 +214,8 @@ int paged_prefill_attention(const void *query, int64_t query_stride, void *out,
                              num_heads, num_kv_heads, head_dim,     block_size,
                              scale * k_scale, v_scale, NULL, NULL};
     const size_t rows = (size_t)PF_QT * (num_heads / num_kv_heads), dim = (size_t)head_dim;
-    const int bf16 = q_dtype == DT_BF16 && kv_dtype == DT_BF16 && head_dim % 32 == 0;
+    const int bf16 = q_dtype == DT_BF16 && (kv_dtype == DT_BF16 || kv_dtype == DT_E4M3) &&
+                     head_dim % 32 == 0;
     (void)bf16; /* without bf16 dots, pf_tile serves every dtype */
     int failed = 0;
 #pragma omp parallel num_threads(num_threads) reduction(| : failed)

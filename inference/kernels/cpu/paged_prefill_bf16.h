@@ -1,4 +1,5 @@
-/* The prefill tile of paged_prefill.h for bf16 queries over a bf16 pool, with the
+/* The prefill tile of paged_prefill.h for bf16 queries over a bf16 or FP8 pool (its keys
+ * and values converted to bf16 a tile at a time, exactly), with the
  * processor's bf16 dot products (AVX-512 BF16: two products per float lane per
  * instruction). Included by paged_prefill.h; the same items, key tiles and online softmax
  * as pf_tile, but with the item's rows in the vector lanes, 16 rows a block:
@@ -17,15 +18,34 @@
 
 static const uint16_t pf_zero_row[PF_MAX_DIM] __attribute__((aligned(64))) = {0};
 
-/* The tile of n keys from t0 on: each key's row in the pool (a row of zeros past n), and
- * vp, per pair of keys jp and head_dim lane d, the pair (value 2jp, value 2jp + 1) at
+/* n e4m3 values from `index` on as bf16: exact (3 mantissa bits fit in 7). */
+static void pf_e4m3_to_bf16(const void *base, int64_t index, int n, uint16_t *dst) {
+    const uint8_t *src = (const uint8_t *)base + index;
+    for (int i = 0; i < n; ++i) {
+        uint32_t bits;
+        memcpy(&bits, &e4m3_table[src[i]], sizeof bits);
+        dst[i] = (uint16_t)(bits >> 16);
+    }
+}
+
+/* The tile of n keys from t0 on: each key's row (a bf16 pool's in place, an FP8 pool's
+ * converted into `rows`: 2 x 16 x head_dim values; a row of zeros past n), and vp, per pair
+ * of keys jp and head_dim lane d, the pair (value 2jp, value 2jp + 1) at
  * ((uint32_t *)vp)[jp * dim + d]. */
 static void pf_layout_bf16(const Problem *p, const int64_t *table, int64_t t0, int n, int h,
-                           const uint16_t **krow, uint16_t *vp) {
-    const int dim = p->head_dim, width = p->num_kv_heads * dim;
+                           const uint16_t **krow, uint16_t *vp, uint16_t *rows) {
+    const int dim = p->head_dim, width = p->num_kv_heads * dim, fp8 = p->kv_dtype == DT_E4M3;
     const uint16_t *vrow[PF_KT];
     for (int j = 0; j < PF_KT; ++j) {
         const int64_t at = j < n ? slot_of(table, t0 + j, p->block_size) * width + h * dim : 0;
+        if (j < n && fp8) {
+            uint16_t *k = rows + (int64_t)j * dim, *v = rows + (int64_t)(PF_KT + j) * dim;
+            pf_e4m3_to_bf16(p->key, at, dim, k);
+            pf_e4m3_to_bf16(p->value, at, dim, v);
+            krow[j] = k;
+            vrow[j] = v;
+            continue;
+        }
         krow[j] = j < n ? (const uint16_t *)p->key + at : pf_zero_row;
         vrow[j] = j < n ? (const uint16_t *)p->value + at : pf_zero_row;
     }
@@ -124,7 +144,7 @@ static void pf_tile_bf16(const Problem *p, const int64_t *table, int64_t start, 
     const int64_t last = pos0 + count - 1;
     for (int64_t t0 = 0; t0 <= last; t0 += PF_KT) {
         const int n = last + 1 - t0 < PF_KT ? (int)(last + 1 - t0) : PF_KT;
-        pf_layout_bf16(p, table, t0, n, h, krow, (uint16_t *)s->v);
+        pf_layout_bf16(p, table, t0, n, h, krow, (uint16_t *)s->v, (uint16_t *)s->kt);
         for (int b = 0; b < blocks; ++b) {
             const int top_row = b * 16 + 15 < rows ? b * 16 + 15 : rows - 1;
             if (pos0 + top_row / group < t0) continue; /* causal: the tile is after them */
