@@ -97,8 +97,8 @@ SIGNATURES: dict[str, dict[str, list[type[Any]]]] = {
     },
     "fp8_linear": {
         "fp8_linear_available": [],
-        # x, its stride, M, q, scale, N, K, groups, group size, out, threads
-        "fp8_linear": [_p, _i64, _i64, _p, _p, _i64, _i32, _i32, _i32, _p, _i32],
+        # x, its stride, M, q, scale, N, K, groups, group size, out, x (and out) float32, threads
+        "fp8_linear": [_p, _i64, _i64, _p, _p, _i64, _i32, _i32, _i32, _p, _i32, _i32],
     },
     "quant_linear": {
         "quant_linear_available": [],

@@ -3,7 +3,9 @@
  *
  * x (M, K) bfloat16 rows (row stride x_stride, elements contiguous); q (N, K) e4m3 bytes;
  * scale (N,) float32 per row (groups == 0) or (N, groups) per row and group of group_size
- * columns (a multiple of 16); out (M, N) bfloat16, contiguous.
+ * columns (a multiple of 16); out (M, N) bfloat16, contiguous. With `x_f32`, x and out are
+ * float32 instead, and every path runs fp8_linear_avx2.h (grouped weights not rounded to
+ * bfloat16, as `dequantize_weight_fp8(..., float32)` does not round them).
  *
  * Work is split over tiles of weight rows. A tile is widened once into a small bfloat16
  * buffer (exactly: e4m3 values fit bfloat16; grouped scales are applied in float32 first
@@ -16,24 +18,30 @@
  *   16 outputs per vector, no sums across lanes, and each widened weight serves every
  *   row of x from registers.
  * Per-row scales multiply the float32 sum. Built by build.py (-march=native), the dot
- * products one of two ways, which `fp8_linear_available()` reports:
+ * products one of three ways, which `fp8_linear_available()` reports:
  * 1: AVX-512 BF16's vdpbf16ps (Sapphire Rapids, the AMD EPYC);
  * 2: without AVX-512 BF16 but with AVX-512F, BW and VL (the Ice Lake Xeon), each pair's
  *    two halves widened to float32 by a mask and a shift and multiplied by two FMAs, with
  *    the same buffers, packing and float32 sums;
- * 0: without them (AVX2), where the caller uses torch instead.
+ * 3: without them, AVX2 with FMA and F16C (fp8_linear_avx2.h): float32 products, 8 lanes;
+ * 0: none of these, where the caller uses torch instead.
  */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* VL for the 128- and 256-bit masked loads; every processor with BW has it. */
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+/* Every path needs AVX2, FMA and F16C (fp8_linear_avx2.h serves float32 x on all of them);
+ * VL is for the 128- and 256-bit masked loads (every processor with BW has it). */
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #if defined(__AVX512BF16__)
 #define FP8_PATH 1 /* vdpbf16ps */
 #else
 #define FP8_PATH 2 /* each pair's products by two float32 FMAs */
+#endif
+#else
+#define FP8_PATH 3 /* fp8_linear_avx2.h */
 #endif
 #else
 #define FP8_PATH 0
@@ -41,7 +49,17 @@
 
 int fp8_linear_available(void) { return FP8_PATH; }
 
+static inline uint16_t to_bf16(float f) { /* round to nearest even; sums are finite */
+    uint32_t bits;
+    memcpy(&bits, &f, sizeof bits);
+    return (uint16_t)((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+}
+
 #if FP8_PATH
+#include "fp8_linear_avx2.h"
+#endif
+
+#if FP8_PATH == 1 || FP8_PATH == 2
 enum { NT = 4, MT = 4, ROWS_MAX = MT, PANEL_ROWS = 64, PANEL_NT = 24, PANEL_ACC = 12 };
 
 #if FP8_PATH == 1
@@ -128,12 +146,6 @@ static void widen_row(const uint8_t *q, const float *scale, int64_t r, int K, in
         value = _mm512_mul_ps(value, _mm512_set1_ps(scale[r * groups + c / group_size]));
         _mm256_storeu_si256((__m256i *)(dst + c), to_bf16x16(value));
     }
-}
-
-static inline uint16_t to_bf16(float f) { /* round to nearest even; sums are finite */
-    uint32_t bits;
-    memcpy(&bits, &f, sizeof bits);
-    return (uint16_t)((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
 }
 
 /* out rows m0.. (mt of them, a constant once inlined) x tile rows n0.. (nt of them). */
@@ -245,8 +257,16 @@ static void panel_rows(const uint32_t *xp, int pairs, int64_t M, const uint16_t 
 /* Returns 0, or -1 where unavailable (see above) or out of memory. */
 int fp8_linear(const void *x, int64_t x_stride, int64_t M, const uint8_t *q,
                const float *scale, int64_t N, int K, int groups, int group_size, void *out,
-               int num_threads) {
+               int x_f32, int num_threads) {
 #if FP8_PATH
+    if (x_f32 || FP8_PATH == 3) {
+        const struct avx2_io io = {x, x_stride, x_f32, out};
+        if (M <= AVX2_ROWS_MAX)
+            return rows_avx2(io, (int)M, q, scale, N, K, groups, group_size, num_threads);
+        return panels_avx2(io, M, q, scale, N, K, groups, group_size, num_threads);
+    }
+#endif
+#if FP8_PATH == 1 || FP8_PATH == 2
     const int k_padded = (K + 31) / 32 * 32;
     const int panels = M > ROWS_MAX;
     const int tile_rows = panels ? PANEL_NT : NT;
@@ -303,7 +323,7 @@ int fp8_linear(const void *x, int64_t x_stride, int64_t M, const uint8_t *q,
     return failed ? -1 : 0;
 #else
     (void)x, (void)x_stride, (void)M, (void)q, (void)scale, (void)N, (void)K, (void)groups;
-    (void)group_size, (void)out, (void)num_threads;
+    (void)group_size, (void)out, (void)x_f32, (void)num_threads;
     return -1;
 #endif
 }
