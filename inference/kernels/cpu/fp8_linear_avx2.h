@@ -18,7 +18,8 @@
  *   of AVX2_PANEL_NT weight rows widened into a float32 buffer, and each weight broadcast
  *   against two blocks (16 rows) at a time, 6 weight rows at a time: 12 accumulators.
  */
-enum { AVX2_ROWS_MAX = 4, AVX2_PREFETCH_ROWS = 8, AVX2_PANEL_NT = 24, AVX2_PANEL_ROWS = 16, AVX2_PANEL_J = 6 };
+enum { AVX2_ROWS_MAX = 4, AVX2_PREFETCH_ROWS = 8 };
+enum { AVX2_PANEL_NT = 24, AVX2_PANEL_ROWS = 16, AVX2_PANEL_J = 6 };
 
 /* x (bfloat16, or float32 with f32) and out (the same dtype). */
 struct avx2_io {
@@ -60,10 +61,10 @@ static inline __m256 round_bf16x8(__m256 v) {
 }
 
 /* Columns c .. c + 16 of a weight row of K bytes (zeros past K) as float32, times 2^-8;
- * with a group scale (`scale` > 0, already times 256) multiplied, and rounded to bfloat16
- * unless `f32`. */
-static inline __attribute__((always_inline)) void widen16_avx2(const uint8_t *row, int c, int K, float scale, int f32,
-                                __m256 *lo, __m256 *hi) {
+ * `grouped`, times `scale` (the group's, times 256), and with `round` rounded to bfloat16. */
+static inline __attribute__((always_inline)) void widen16_avx2(
+        const uint8_t *row, int c, int K, int grouped, float scale, int round, __m256 *lo,
+        __m256 *hi) {
     __m128i bytes;
     if (c + 16 <= K) {
         bytes = _mm_loadu_si128((const __m128i *)(row + c));
@@ -76,16 +77,11 @@ static inline __attribute__((always_inline)) void widen16_avx2(const uint8_t *ro
                                           _mm256_set1_epi16((short)0xbfff));
     *lo = _mm256_cvtph_ps(_mm256_castsi256_si128(half));
     *hi = _mm256_cvtph_ps(_mm256_extracti128_si256(half, 1));
-    if (scale > 0) {
+    if (grouped) {
         *lo = _mm256_mul_ps(*lo, _mm256_set1_ps(scale));
         *hi = _mm256_mul_ps(*hi, _mm256_set1_ps(scale));
-        if (!f32) *lo = round_bf16x8(*lo), *hi = round_bf16x8(*hi);
+        if (round) *lo = round_bf16x8(*lo), *hi = round_bf16x8(*hi);
     }
-}
-
-/* The scale of row r's group g, times 256 (0: per-row scales, applied to the sums). */
-static inline float group_scale(const float *scale, int64_t r, int groups, int g) {
-    return groups ? scale[r * groups + g] * 256.0f : 0.0f;
 }
 
 /* The float32 sum of out[m][n], scaled, into out. */
@@ -104,20 +100,21 @@ static inline __attribute__((always_inline)) void rows_pair(
     const uint8_t *row0 = q + n0 * (int64_t)K, *row1 = q + r1 * (int64_t)K;
     __m256 acc[AVX2_ROWS_MAX][2];
     for (int i = 0; i < mt; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
-    if (grouped) /* so are their scales, 16 a cache line */
+    /* The weight rows (and scales) a few pairs on are prefetched: a single stream from
+     * memory otherwise waits for its bytes. Prefetches past the tensors do not fault. */
+    if (grouped) /* 16 scales a cache line */
         for (int g = 0; g < 2 * groups; g += 16)
             _mm_prefetch((const char *)(scale + (n0 + AVX2_PREFETCH_ROWS) * groups + g),
                          _MM_HINT_T0);
     for (int c = 0, g = 0, g_end = group_size; c < k16; c += 16) {
         if (c == g_end) ++g, g_end += group_size; /* no division in the loop */
-        /* The rows a few pairs on, whose bytes a single stream would wait for. */
         _mm_prefetch((const char *)(row0 + AVX2_PREFETCH_ROWS * K + c), _MM_HINT_T0);
         _mm_prefetch((const char *)(row1 + AVX2_PREFETCH_ROWS * K + c), _MM_HINT_T0);
         __m256 w0[2], w1[2];
         const float s0 = grouped ? scale[n0 * groups + g] * 256.0f : 0.0f;
         const float s1 = grouped ? scale[r1 * groups + g] * 256.0f : 0.0f;
-        widen16_avx2(row0, c, K, s0, !round, &w0[0], &w0[1]);
-        widen16_avx2(row1, c, K, s1, !round, &w1[0], &w1[1]);
+        widen16_avx2(row0, c, K, grouped, s0, round, &w0[0], &w0[1]);
+        widen16_avx2(row1, c, K, grouped, s1, round, &w1[0], &w1[1]);
         for (int i = 0; i < mt; ++i) {
             const __m256 x0 = _mm256_load_ps(xf + i * k16 + c);
             const __m256 x1 = _mm256_load_ps(xf + i * k16 + c + 8);
@@ -243,9 +240,9 @@ static int panels_avx2(struct avx2_io io, int64_t M, const uint8_t *q, const flo
                 const uint8_t *row = q + (n0 + j) * (int64_t)K;
                 for (int c = 0, g = 0, g_end = group_size; c < k16; c += 16) {
                     if (c == g_end) ++g, g_end += group_size;
-                    const float s = group_scale(scale, n0 + j, groups, g);
+                    const float s = groups ? scale[(n0 + j) * groups + g] * 256.0f : 0.0f;
                     __m256 lo, hi;
-                    widen16_avx2(row, c, K, s, io.f32, &lo, &hi);
+                    widen16_avx2(row, c, K, groups != 0, s, !io.f32, &lo, &hi);
                     _mm256_store_ps(dst + c, lo);
                     _mm256_store_ps(dst + c + 8, hi);
                 }

@@ -223,6 +223,22 @@ def test_reads_no_scale_past_the_last_group(kernel: Fp8LinearKernel, rows: int) 
     assert torch.isfinite(got).all()
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("rows", [1, 20])
+def test_a_zero_group_scale_zeroes_its_group(
+    kernel: Fp8LinearKernel, rows: int, dtype: torch.dtype
+) -> None:
+    """A checkpoint may store a scale of 0 (an all-zero block) over nonzero codes: the
+    group then adds nothing, as in the fallback's dequantized weight."""
+    q, scale = quantize_weight_fp8(torch.randn(6, 48), 16)
+    scale[:, 1] = 0
+    x = torch.randn(rows, 48).to(dtype)
+    got = kernel(x, q, scale.contiguous(), 16)
+    want = x.double() @ dequantize_weight_fp8(q, scale, dtype, 16).double().T
+    assert got is not None
+    torch.testing.assert_close(got.double(), want, rtol=2**-8, atol=1e-5)
+
+
 def test_declines_what_it_does_not_take(kernel: Fp8LinearKernel) -> None:
     q, scale = quantize_weight_fp8(torch.randn(8, 64))
     grouped_q, grouped_scale = quantize_weight_fp8(torch.randn(8, 64), 8)
