@@ -19,7 +19,9 @@ from gateway import admin_tasks
 from gateway.db.engine import create_engine, session_factory
 from gateway.domain.assistants.prompt import system_message
 from gateway.domain.assistants.warming import PrefixWarmer
+from gateway.domain.proxy.body import chat_affinity_key
 from gateway.domain.workers.pool import NoUpstream, WorkerPool
+from gateway.domain.workers.routing import rendezvous_score
 from gateway.settings import Settings
 from tests.gateway.assistants_proxy.support import (
     MODEL,
@@ -185,12 +187,13 @@ def test_the_pin_lands_on_the_worker_the_router_sends_the_assistants_requests_to
     tmp_path: Path, workers: list[tuple[str, RecordingWorker]]
 ) -> None:
     urls = [url for url, _ in workers]
+    prompts = _three_preferring_each(urls)
     with served_gateway(tmp_path, urls) as gateway:
         key = gateway.key("quality")
         warm: PrefixWarmer = gateway.app.state.gateway.warmer
         ids = [
-            _id(asyncio.run(add_assistant(gateway.settings, "quality", f"desk-{i}", f"Desk {i}.")))
-            for i in range(6)
+            _id(asyncio.run(add_assistant(gateway.settings, "quality", f"desk-{i}", prompt)))
+            for i, prompt in enumerate(prompts)
         ]
         warm.request_sync()
         deadline = time.monotonic() + 15
@@ -207,7 +210,23 @@ def test_the_pin_lands_on_the_worker_the_router_sends_the_assistants_requests_to
             status = warm.status(assistant_id)
             assert status is not None and status.worker == answered
             served.add(answered)
-        assert served == set(urls)  # six prompts: both workers take some (else this proves little)
+        assert served == set(urls)  # both workers take some (else this proves little)
+
+
+def _three_preferring_each(urls: list[str]) -> list[str]:
+    """Six system prompts, three whose key ranks each worker first. Where a key lands
+    follows the workers' ports, new each run: six made-up prompts all went to one worker
+    once in 32 runs, and the test then proved nothing (it failed, rightly)."""
+    chosen: dict[str, list[str]] = {url: [] for url in urls}
+    n = 0
+    while any(len(p) < 3 for p in chosen.values()):
+        prompt = f"Desk {n}."
+        key = chat_affinity_key([system_message(prompt, None)])
+        first = max(urls, key=lambda url: rendezvous_score(key, url))
+        if len(chosen[first]) < 3:
+            chosen[first].append(prompt)
+        n += 1
+    return [p for pair in zip(*chosen.values(), strict=True) for p in pair]
 
 
 def test_an_admin_write_resyncs_after_its_commit_and_applies_here_at_once(
