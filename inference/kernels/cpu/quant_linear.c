@@ -27,6 +27,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "prefetch_rows.h"
+
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
     defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
@@ -300,9 +302,13 @@ int quant_linear(const void *x, int64_t x_stride, int x_bf16, int64_t M, const u
         const int64_t n_end = chunk * ROW_CHUNK + ROW_CHUNK < N ? chunk * ROW_CHUNK + ROW_CHUNK : N;
 #if QUANT_PATH
         if (M == 1) { /* decode at batch 1: two weight rows share each load of x */
+            const int64_t ahead = prefetch_distance(row_bytes);
             int64_t n = chunk * ROW_CHUNK;
             for (; n + 1 < n_end; n += 2) {
                 float y0, y1;
+                prefetch_rows(codes, row_bytes, n + ahead, 2, N); /* see prefetch_rows.h */
+                prefetch_rows(scale, groups * 2, n + ahead, 2, N);
+                prefetch_rows(offset, groups * 2, n + ahead, 2, N);
                 row_pair_dot(xf, codes + n * row_bytes, codes + (n + 1) * row_bytes,
                              scale + n * groups, offset + n * groups, scale + (n + 1) * groups,
                              offset + (n + 1) * groups, blocks, group_blocks, bits, &y0, &y1);

@@ -32,6 +32,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "prefetch_rows.h"
+
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
     defined(__AVX512VNNI__) && defined(__F16C__) && defined(__FMA__)
 #include <immintrin.h>
@@ -325,7 +327,7 @@ int quant_linear_q8(const void *x, int64_t x_stride, int x_bf16, int64_t M, cons
         for (int64_t m = 0; m < M; m++)
             quantize_row(x, x_stride, x_bf16, m, K, bits, group_size, blocks, &a);
     }
-    const int64_t chunks = (N + ROW_CHUNK - 1) / ROW_CHUNK;
+    const int64_t chunks = (N + ROW_CHUNK - 1) / ROW_CHUNK, ahead = prefetch_distance(row_bytes);
 #pragma omp parallel num_threads(threads) if (!failed)
     {
         weight_tables t = {0};
@@ -372,6 +374,12 @@ int quant_linear_q8(const void *x, int64_t x_stride, int x_bf16, int64_t M, cons
             for (int64_t m0 = 0; m0 < M;) {
                 const int full = M - m0 >= TILE_M, nt = full ? TILE_N : EDGE_N;
                 for (int j = 0; j < rows; j += nt) {
+                    if (m0 == 0) { /* the tile's rows `ahead` on: see prefetch_rows.h */
+                        const int64_t next = n0 + j + ahead;
+                        prefetch_rows(codes, row_bytes, next, nt, N);
+                        prefetch_rows(scale, groups * 2, next, nt, N);
+                        prefetch_rows(offset, groups * 2, next, nt, N);
+                    }
                     const uint8_t *tile_rows[EDGE_N];
                     const float *ws[EDGE_N], *wo[EDGE_N];
                     for (int n = 0; n < nt; n++) { /* past the chunk: its last row again */
