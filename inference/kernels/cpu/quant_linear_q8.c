@@ -195,6 +195,31 @@ static float quantize_block(const void *x, int bf16, int64_t at, int8_t codes[BL
                         _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
     return total;
 }
+#elif Q8_PATH == 2
+/* The same with AVX-512: two vectors a block. */
+static float quantize_block(const void *x, int bf16, int64_t at, int8_t codes[BLOCK], float *d) {
+    __m512 v[2], amax = _mm512_setzero_ps();
+    for (int i = 0; i < 2; i++) {
+        if (bf16) {
+            const __m256i half =
+                _mm256_loadu_si256((const __m256i *)((const uint16_t *)x + at + 16 * i));
+            v[i] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(half), 16));
+        } else {
+            v[i] = _mm512_loadu_ps((const float *)x + at + 16 * i);
+        }
+        amax = _mm512_max_ps(_mm512_abs_ps(v[i]), amax); /* NaN: amax kept */
+    }
+    *d = _mm512_reduce_max_ps(amax) * (1.0f / 127.0f);
+    const __m512 id = _mm512_set1_ps(*d > 0.0f ? 1.0f / *d : 0.0f);
+    const __m512 hi = _mm512_set1_ps(127.0f), lo = _mm512_set1_ps(-127.0f);
+    for (int i = 0; i < 2; i++) {
+        const __m512 p = _mm512_roundscale_ps(_mm512_mul_ps(v[i], id),
+                                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        const __m512i r = _mm512_cvtps_epi32(_mm512_max_ps(_mm512_min_ps(p, hi), lo));
+        _mm_storeu_si128((__m128i *)(codes + 16 * i), _mm512_cvtepi32_epi8(r));
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(v[0], v[1]));
+}
 #endif
 
 static void quantize_row(const void *x, int64_t x_stride, int bf16, int64_t m, int K, int bits,
@@ -203,7 +228,7 @@ static void quantize_row(const void *x, int64_t x_stride, int bf16, int64_t m, i
     const float inv127 = 1.0f / 127.0f;
     for (int b = 0; b < blocks; b++) {
         const int width = K - b * BLOCK < BLOCK ? K - b * BLOCK : BLOCK;
-#if Q8_PATH == 1
+#if Q8_PATH
         if (width == BLOCK) {
             int8_t codes[BLOCK];
             float d;
@@ -229,12 +254,22 @@ static void quantize_row(const void *x, int64_t x_stride, int bf16, int64_t m, i
         }
     }
     int32_t *centre = a->centre + m * (a->q_stride / 4);
+#if Q8_PATH == 2 /* each lane: the sum of 4 bytes of q (ones times q), times -z; 64 at once */
+    const __m512i ones = _mm512_set1_epi8(1), minus_z = _mm512_set1_epi32(-(1 << (bits - 1)));
+    for (int64_t j = 0; j < a->q_stride / 4; j += 16) {
+        const __m512i sums =
+            _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, _mm512_load_si512(q + 4 * j));
+        _mm512_store_si512(centre + j, _mm512_mullo_epi32(sums, minus_z));
+    }
+    for (int64_t j = 0; vnni4(bits) && j < a->q_stride / 4; j += 32) /* both halves a lane */
+        _mm512_store_si512(centre + j, _mm512_add_epi32(_mm512_load_si512(centre + j),
+                                                        _mm512_load_si512(centre + j + 16)));
+#else
     for (int64_t j = 0; j < a->q_stride / 4; j++)
         centre[j] = -(1 << (bits - 1)) * (q[4 * j] + q[4 * j + 1] + q[4 * j + 2] + q[4 * j + 3]);
-    for (int64_t j = 0; vnni4(bits) && j < a->q_stride / 4; j += 32) /* both halves a lane */
-        for (int l = 0; l < 16; l++) centre[j + l] += centre[j + 16 + l];
-    for (int64_t j = 0; pair4(bits) && j < a->q_stride / 4; j += 16) /* the same, a pair */
+    for (int64_t j = 0; pair4(bits) && j < a->q_stride / 4; j += 16) /* AVX2: both halves */
         for (int l = 0; l < 8; l++) centre[j + l] += centre[j + 8 + l];
+#endif
 }
 
 /* A chunk of weight rows' float tables: each row's scale per block (laid out as d) and
