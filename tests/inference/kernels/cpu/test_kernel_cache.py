@@ -100,6 +100,7 @@ def test_the_key_follows_the_headers_a_source_includes(tmp_path: Path) -> None:
     assert key != build_key("/usr/bin/cc", FLAGS, source)
     assert build.local_includes(build.HERE / "quant_linear_q8.c") == [
         build.HERE / "prefetch_rows.h",
+        build.HERE / "quant_linear_q8_quantize.h",
         build.HERE / "quant_linear_q8_tile.h",
     ]
 
