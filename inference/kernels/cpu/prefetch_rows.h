@@ -1,4 +1,5 @@
-/* Software prefetch of a weight's rows ahead of a one-row matmul (a decode step at batch 1).
+/* Software prefetch of a weight's rows ahead of the group-quantized matmuls: the int8 kernel
+ * at any number of rows of x, the exact kernel at one (a decode step at batch 1).
  *
  * A decode step reads each weight once, about 100 MB for the demo model, and the
  * one-row kernels do little arithmetic a byte: on a Zen 4 EPYC the hardware prefetchers
