@@ -73,6 +73,7 @@ SIGNATURES: dict[str, dict[str, list[type[Any]]]] = {
             *(_i32, _i32, _i32, _i32, _f32, _f32, _f32),  # heads, kv heads, dim, block, scales
             *(_i64, _p, _p, _i32),  # skip, prior, prior_lse, threads
         ],
+        "paged_decode_splits": [_i64, _i64, _i32],  # sequences, longest context, threads
         "paged_prefill_available": [],
         "paged_prefill_attention": [
             *(_p, _i64, _p, _i64, _i32, _i64),  # query, its stride, out, its stride, dtype, T

@@ -6,8 +6,9 @@
  *                  row is rows[b]
  *   key, value     (num_blocks, block_size, num_kv_heads, head_dim)
  *   block_tables   (num_seqs, table_stride) int64
- * One work item (OpenMP, dynamic) is one sequence and all its heads; the query heads of one
- * KV head (a GQA group) share each key and value row. Scores are kept for the whole
+ * One work item (OpenMP, dynamic) is one sequence and all its heads, or, with fewer
+ * sequences than threads, a part of a long context (see paged_decode_splits); the query
+ * heads of one KV head (a GQA group) share each key and value row. Scores are kept for the whole
  * context, then a softmax and one pass over the values: two streaming reads, K then V,
  * each asking for rows a block ahead. There is a portable path and an AVX-512 one (bf16
  * scores with AVX-512 BF16 dot products where the processor has them).
@@ -146,162 +147,7 @@ static void attend_sequence(const Problem *p, int64_t row, const int64_t *table,
     }
 }
 
-
-#if defined(__AVX512F__)
-#include <immintrin.h>
-
-/* 16 elements at `src` (element offset `index`) as float32. */
-static inline __m512 load16(const void *base, int64_t index, int dtype) {
-    if (dtype == DT_BF16) {
-        __m256i raw = _mm256_loadu_si256((const __m256i *)((const uint16_t *)base + index));
-        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
-    }
-    if (dtype == DT_F32) return _mm512_loadu_ps((const float *)base + index);
-    if (dtype == DT_F16) {
-        __m256i raw = _mm256_loadu_si256((const __m256i *)((const uint16_t *)base + index));
-        return _mm512_cvtph_ps(raw);
-    }
-    __m128i raw = _mm_loadu_si128((const __m128i *)((const uint8_t *)base + index));
-    return _mm512_i32gather_ps(_mm512_cvtepu8_epi32(raw), e4m3_table, 4);
-}
-
-
-/* How far ahead (in tokens) the loops over a context ask for rows: the blocks are
- * scattered, and the hardware prefetchers neither follow a block table nor cross pages. */
-#define PREFETCH_TOKENS 16
-
-/* Ask for token t + PREFETCH_TOKENS's row (`bytes`: all its KV heads) of `pool`. */
-static inline void prefetch_ahead(const void *pool, const int64_t *table, int block_size,
-                                  int bytes, int64_t t, int64_t len) {
-    if (t + PREFETCH_TOKENS >= len) return;
-    const char *row = (const char *)pool + slot_of(table, t + PREFETCH_TOKENS, block_size) *
-                                               (int64_t)bytes;
-    for (int off = 0; off < bytes; off += 64) _mm_prefetch(row + off, _MM_HINT_T0);
-}
-
-#if defined(__AVX512BF16__)
-/* Scores of bf16 queries against a bf16 pool with the processor's bf16 dot product (two
- * products per float lane per instruction), read straight from the pool. Token by token,
- * all heads: each token's keys are one contiguous read. head_dim: 32, 64, 96 or 128. */
-static void scores_bf16(const Problem *p, int64_t row, const int64_t *table, int64_t len,
-                        float *scores) {
-    const int heads = p->num_heads, kv_heads = p->num_kv_heads, dim = p->head_dim;
-    const int group = heads / kv_heads, width = kv_heads * dim, chunks = dim / 32;
-    const int bs = p->block_size, row_bytes = width * 2;
-    const uint16_t *query = (const uint16_t *)p->query + row * p->query_stride;
-    for (int64_t t = 0; t < len; ++t) {
-        const uint16_t *k = (const uint16_t *)p->key + slot_of(table, t, bs) * width;
-        prefetch_ahead(p->key, table, bs, row_bytes, t, len);
-        for (int h = 0; h < kv_heads; ++h) {
-            __m512bh kc[4];
-            for (int c = 0; c < 4; ++c)
-                kc[c] = (__m512bh)_mm512_loadu_si512(k + h * dim + 32 * (c < chunks ? c : 0));
-            for (int g = 0; g < group; ++g) {
-                const uint16_t *qh = query + (h * group + g) * dim;
-                __m512 sum = _mm512_setzero_ps();
-                for (int c = 0; c < chunks; ++c) {
-                    const __m512bh qc = (__m512bh)_mm512_loadu_si512(qh + 32 * c);
-                    sum = _mm512_dpbf16_ps(sum, qc, kc[c]);
-                }
-                const float score = _mm512_reduce_add_ps(sum) * p->q_scale;
-                scores[(int64_t)(h * group + g) * len + t] = score;
-            }
-        }
-    }
-}
-#endif
-
-/* Scores in float32 for any pool dtype: per KV head, its query heads in tiles of up to 4,
- * so the accumulators stay in registers. q: the scaled queries, widened. */
-static void scores_wide(const Problem *p, const int64_t *table, int64_t len, const float *q,
-                        float *scores) {
-    const int heads = p->num_heads, kv_heads = p->num_kv_heads, dim = p->head_dim;
-    const int group = heads / kv_heads, width = kv_heads * dim, bs = p->block_size;
-    const int kv_dtype = p->kv_dtype, row_bytes = width * element_size(kv_dtype);
-    for (int h = 0; h < kv_heads; ++h) {
-        for (int g0 = 0; g0 < group; g0 += 4) {
-            const int tile = group - g0 < 4 ? group - g0 : 4;
-            const float *qt = q + (h * group + g0) * dim;
-            float *st = scores + (int64_t)(h * group + g0) * len;
-            for (int64_t t = 0; t < len; ++t) {
-                const int64_t at = slot_of(table, t, bs) * width + h * dim;
-                if (h == 0 && g0 == 0) prefetch_ahead(p->key, table, bs, row_bytes, t, len);
-                __m512 sum[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
-                                 _mm512_setzero_ps()};
-                for (int d = 0; d < dim; d += 16) {
-                    const __m512 k = load16(p->key, at + d, kv_dtype);
-                    for (int g = 0; g < 4; ++g) /* constant bounds keep sum in registers */
-                        if (g < tile)
-                            sum[g] = _mm512_fmadd_ps(_mm512_loadu_ps(qt + g * dim + d), k, sum[g]);
-                }
-                for (int g = 0; g < 4; ++g)
-                    if (g < tile) st[g * len + t] = _mm512_reduce_add_ps(sum[g]);
-            }
-        }
-    }
-}
-
-/* acc = weights (softmaxed scores) times values: per KV head, query heads in tiles of 4
- * and head_dim in chunks of 64, so the 16 accumulators stay in registers. */
-static void weigh_values(const Problem *p, const int64_t *table, int64_t len,
-                         const float *weights, float *acc) {
-    const int heads = p->num_heads, kv_heads = p->num_kv_heads, dim = p->head_dim;
-    const int group = heads / kv_heads, width = kv_heads * dim, bs = p->block_size;
-    const int kv_dtype = p->kv_dtype, row_bytes = width * element_size(kv_dtype);
-    for (int h = 0; h < kv_heads; ++h) {
-        for (int g0 = 0; g0 < group; g0 += 4) {
-            const int tile = group - g0 < 4 ? group - g0 : 4;
-            const float *wt = weights + (int64_t)(h * group + g0) * len;
-            for (int d0 = 0; d0 < dim; d0 += 64) {
-                const int chunks = (dim - d0) / 16 < 4 ? (dim - d0) / 16 : 4;
-                const int lead = h == 0 && g0 == 0 && d0 == 0; /* the pass that reads first */
-                __m512 total[4][4];
-                for (int g = 0; g < 4; ++g)
-                    for (int c = 0; c < 4; ++c) total[g][c] = _mm512_setzero_ps();
-                for (int64_t t = 0; t < len; ++t) {
-                    const int64_t at = slot_of(table, t, bs) * width + h * dim + d0;
-                    if (lead) prefetch_ahead(p->value, table, bs, row_bytes, t, len);
-                    __m512 v[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(),
-                                   _mm512_setzero_ps(), _mm512_setzero_ps()};
-                    /* Constant bounds (with guards) keep total and v in registers. */
-                    for (int c = 0; c < 4; ++c)
-                        if (c < chunks) v[c] = load16(p->value, at + 16 * c, kv_dtype);
-                    for (int g = 0; g < 4; ++g) {
-                        if (g >= tile) continue;
-                        const __m512 w = _mm512_set1_ps(wt[g * len + t]);
-                        for (int c = 0; c < 4; ++c)
-                            if (c < chunks) total[g][c] = _mm512_fmadd_ps(w, v[c], total[g][c]);
-                    }
-                }
-                for (int g = 0; g < tile; ++g)
-                    for (int c = 0; c < chunks; ++c)
-                        _mm512_storeu_ps(acc + (h * group + g0 + g) * dim + d0 + 16 * c,
-                                         total[g][c]);
-            }
-        }
-    }
-}
-
-/* The vector path (head_dim a multiple of 16), as attend_sequence. */
-static void attend_sequence_avx512(const Problem *p, int64_t row, const int64_t *table,
-                                   int64_t len, float *scores, float *q, float *acc,
-                                   float *lse) {
-    const int heads = p->num_heads, dim = p->head_dim;
-#if defined(__AVX512BF16__)
-    if (p->q_dtype == DT_BF16 && p->kv_dtype == DT_BF16 && dim % 32 == 0 && dim <= 128) {
-        scores_bf16(p, row, table, len, scores);
-    } else
-#endif
-    {
-        load_row(p->query, row * p->query_stride, p->q_dtype, heads * dim, q);
-        for (int i = 0; i < heads * dim; ++i) q[i] *= p->q_scale;
-        scores_wide(p, table, len, q, scores);
-    }
-    for (int head = 0; head < heads; ++head)
-        lse[head] = softmax_scaled(scores + head * len, len, p->v_scale);
-    weigh_values(p, table, len, scores, acc);
-}
-#endif
+#include "paged_decode_avx512.h" /* attend_sequence_avx512(): the vector path */
 
 /* Cascade: fold the attention over a shared prefix (its output `prior`, in the query's
  * dtype, and log-sum-exp `prior_lse`, per head) into this sequence's own part (acc, lse). */
@@ -317,6 +163,66 @@ static void merge_prior(const Problem *p, int64_t b, float *acc, const float *ls
         const float *ph = row + head * dim;
         for (int d = 0; d < dim; ++d) ah[d] = (ah[d] * w_own + ph[d] * w_prior) * norm;
     }
+}
+
+/* Splitting a context over the threads (flash-decoding). With fewer sequences than
+ * threads, a sequence's own context is cut into parts of whole blocks, each part's
+ * attention (output and log-sum-exp per head) is a work item, and the parts are folded
+ * together as the cascade folds its prefix. A part is at least SPLIT_MIN_TOKENS long:
+ * below that a second thread's wake-up and the fold cost about what they save. */
+enum { SPLIT_MIN_TOKENS = 128 };
+
+/* The parts each sequence's context is cut into (1: not split), for num_seqs sequences the
+ * longest of whose own contexts is max_len tokens. */
+int paged_decode_splits(int64_t num_seqs, int64_t max_len, int num_threads) {
+    if (num_seqs >= num_threads) return 1;
+    const int64_t wanted = (num_threads + num_seqs - 1) / num_seqs;
+    const int64_t most = max_len / SPLIT_MIN_TOKENS;
+    return (int)(wanted < most ? wanted : most > 1 ? most : 1);
+}
+
+/* Tokens in each part of a context of `len` cut into `splits`: whole blocks. The last
+ * parts of a short context may be empty. */
+static int64_t part_tokens(int64_t len, int splits, int block_size) {
+    const int64_t blocks = (len + block_size - 1) / block_size;
+    return (blocks + splits - 1) / splits * block_size;
+}
+
+/* Fold the first `count` parts (each heads * dim outputs, then heads log-sum-exps,
+ * `stride` floats apart) into acc and lse. */
+static void merge_parts(const Problem *p, const float *parts, int count, int64_t stride,
+                        float *acc, float *lse) {
+    const int heads = p->num_heads, dim = p->head_dim, hd = heads * dim;
+    for (int head = 0; head < heads; ++head) {
+        float top = parts[hd + head];
+        for (int s = 1; s < count; ++s) {
+            const float l = parts[s * stride + hd + head];
+            top = l > top ? l : top;
+        }
+        float total = 0.0f;
+        float *ah = acc + head * dim;
+        memset(ah, 0, sizeof(float) * (size_t)dim);
+        for (int s = 0; s < count; ++s) {
+            const float *part = parts + s * stride;
+            const float w = expf(part[hd + head] - top);
+            total += w;
+            for (int d = 0; d < dim; ++d) ah[d] += w * part[head * dim + d];
+        }
+        const float norm = 1.0f / total;
+        for (int d = 0; d < dim; ++d) ah[d] *= norm;
+        lse[head] = top + logf(total);
+    }
+}
+
+static void attend(const Problem *p, int64_t row, const int64_t *table, int64_t len,
+                   float *scores, float *q, float *acc, float *lse, float *kv_row) {
+#if defined(__AVX512F__)
+    if (p->head_dim % 16 == 0) {
+        attend_sequence_avx512(p, row, table, len, scores, q, acc, lse);
+        return;
+    }
+#endif
+    attend_sequence(p, row, table, len, scores, q, acc, lse, kv_row);
 }
 
 /* Returns 0, or a negative number for arguments it cannot serve. */
@@ -342,29 +248,47 @@ int paged_decode_attention(const void *query, int64_t query_stride, void *out,
         if (seq_lens[b] <= skip) return -4; /* each sequence keeps a token of its own */
         if (seq_lens[b] - skip > max_len) max_len = seq_lens[b] - skip;
     }
+    const size_t hd = (size_t)num_heads * head_dim;
+    const int splits = paged_decode_splits(num_seqs, max_len, num_threads);
+    const int64_t items = num_seqs * splits, stride = (int64_t)(hd + num_heads);
+    float *parts = splits > 1 ? malloc(sizeof(float) * (size_t)(items * stride)) : NULL;
+    if (splits > 1 && !parts) return -3;
+    const int team = items < num_threads ? (int)items : num_threads;
     int failed = 0;
-#pragma omp parallel num_threads(num_threads) reduction(| : failed)
+#pragma omp parallel num_threads(team) reduction(| : failed) if (team > 1)
     {
-        const size_t hd = (size_t)num_heads * head_dim;
-        float *scores = malloc(sizeof(float) * (size_t)num_heads * (size_t)max_len);
+        const int64_t most = splits > 1 ? part_tokens(max_len, splits, block_size) : max_len;
+        float *scores = malloc(sizeof(float) * (size_t)num_heads * (size_t)most);
         float *q = malloc(sizeof(float) * hd), *acc = malloc(sizeof(float) * hd);
         float *row = malloc(sizeof(float) * hd), *lse = malloc(sizeof(float) * num_heads);
         const int ready = scores && q && acc && row && lse;
         failed = !ready;
 #pragma omp for schedule(dynamic, 1)
-        for (int64_t b = 0; b < num_seqs; ++b) {
-            if (!ready) continue;
+        for (int64_t i = 0; i < items; ++i) {
+            const int64_t b = i / splits, len = seq_lens[b] - skip;
+            const int64_t part = splits > 1 ? part_tokens(len, splits, block_size) : len;
+            const int64_t first = (i % splits) * part;
+            if (!ready || first >= len) continue;
             /* The skipped prefix is whole blocks: the sequence's own part starts a block in. */
-            const int64_t *table = block_tables + b * table_stride + skip / block_size;
-            const int64_t len = seq_lens[b] - skip;
-#if defined(__AVX512F__)
-            if (head_dim % 16 == 0)
-                attend_sequence_avx512(&problem, rows[b], table, len, scores, q, acc, lse);
-            else
-#endif
-                attend_sequence(&problem, rows[b], table, len, scores, q, acc, lse, row);
+            const int64_t *table = block_tables + b * table_stride + (skip + first) / block_size;
+            const int64_t n = len - first < part ? len - first : part;
+            float *own = splits > 1 ? parts + i * stride : acc;
+            attend(&problem, rows[b], table, n, scores, q, own, splits > 1 ? own + hd : lse, row);
+            if (splits > 1) continue;
             if (problem.prior) merge_prior(&problem, b, acc, lse, row);
             store_row(out, rows[b] * out_stride, q_dtype, (int)hd, acc);
+        }
+        if (splits > 1) {
+#pragma omp for schedule(static)
+            for (int64_t b = 0; b < num_seqs; ++b) {
+                if (!ready) continue;
+                const int64_t len = seq_lens[b] - skip;
+                const int64_t part = part_tokens(len, splits, block_size);
+                const int count = (int)((len + part - 1) / part);
+                merge_parts(&problem, parts + b * splits * stride, count, stride, acc, lse);
+                if (problem.prior) merge_prior(&problem, b, acc, lse, row);
+                store_row(out, rows[b] * out_stride, q_dtype, (int)hd, acc);
+            }
         }
         free(scores);
         free(q);
@@ -372,6 +296,7 @@ int paged_decode_attention(const void *query, int64_t query_stride, void *out,
         free(row);
         free(lse);
     }
+    free(parts);
     return failed ? -3 : 0;
 }
 

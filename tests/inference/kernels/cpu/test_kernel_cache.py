@@ -117,6 +117,7 @@ def test_the_key_follows_headers_that_headers_include(tmp_path: Path) -> None:
     inner.write_text('#include "k_outer.h"\nstatic int h = 2;\n')
     assert key != build_key("/usr/bin/cc", FLAGS, source)
     assert build.local_includes(build.HERE / "paged_decode.c") == [
+        build.HERE / "paged_decode_avx512.h",
         build.HERE / "paged_prefill.h",
         build.HERE / "paged_prefill_bf16.h",
     ]

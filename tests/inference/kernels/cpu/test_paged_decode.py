@@ -7,6 +7,8 @@ and contexts that end on and just past a block boundary.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 import torch
 
@@ -175,6 +177,77 @@ def test_shared_blocks_stop_short_of_every_decodes_last_token() -> None:
         shared_blocks=2,
     )
     assert build_cpu_metadata(case.layout, CPU).decode_shared_blocks == 1
+
+
+@pytest.fixture
+def eight_threads() -> Iterator[None]:
+    """Torch's thread count, which the backend hands the kernel, at 8 for one test: more
+    threads than sequences is what makes the kernel split contexts, on any machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(8)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_contexts_are_split_only_with_fewer_sequences_than_threads() -> None:
+    splits = load_paged_decode().paged_decode_splits
+    assert splits(1, 255, 2) == 1  # a part is at least 128 tokens
+    assert splits(1, 600, 2) == 2
+    assert splits(1, 700, 8) == 5  # at most one part per 128 tokens
+    assert splits(3, 1101, 8) == 3  # ceil(8 / 3) parts
+    assert splits(2, 5000, 2) == 1  # a sequence a thread already
+    assert splits(8, 5000, 2) == 1
+
+
+@pytest.mark.parametrize("build", BUILDS)
+@pytest.mark.parametrize("pool", ["bf16", "fp8", "f32"])
+@pytest.mark.usefixtures("eight_threads")
+def test_long_contexts_split_over_the_threads_match_the_torch_path(pool: str, build: str) -> None:
+    """One long decode alone (5 parts), and a ragged batch of three (3 parts each: the
+    20-token context fills only two, the third part empty), against the torch path."""
+    pool_dtype = {"bf16": torch.bfloat16, "fp8": FP8_KV_DTYPE, "f32": torch.float32}[pool]
+    dtype = torch.float32 if pool == "f32" else torch.bfloat16
+    for contexts in ([(699, 1)], [(1100, 1), (19, 1), (700, 1)]):
+        case = make_case(
+            contexts,
+            group=3,
+            num_kv_heads=3,
+            head_dim=64,
+            block_size=16,
+            dtype=dtype,
+            pool_dtype=pool_dtype,
+            seed=len(contexts),
+        )
+        scale = 64**-0.5
+        expected = case.attend(TorchAttentionBackend(), scale)
+        actual = case.attend(backend(build), scale)
+        if pool == "f32":
+            torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
+        else:
+            assert_close_bf16(actual, expected)
+
+
+@pytest.mark.parametrize("build", BUILDS)
+@pytest.mark.usefixtures("eight_threads")
+def test_split_contexts_fold_in_a_cascades_shared_prefix(build: str) -> None:
+    """Two decodes sharing 32 blocks, each with its own 600-odd tokens after them: the
+    shared part goes through the cascade, the rest is split, and the three fold together."""
+    case = make_case(
+        [(512 + 640, 1), (512 + 600, 1)],
+        group=3,
+        num_kv_heads=3,
+        head_dim=64,
+        block_size=16,
+        dtype=torch.float32,
+        pool_dtype=torch.float32,
+        seed=7,
+        shared_blocks=32,
+    )
+    assert build_cpu_metadata(case.layout, CPU).decode_shared_blocks == 32
+    scale = 64**-0.5
+    expected = case.attend(TorchAttentionBackend(), scale)
+    actual = case.attend(backend(build), scale)
+    torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
 
 
 def test_bad_arguments_are_refused() -> None:
