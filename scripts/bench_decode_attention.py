@@ -1,7 +1,7 @@
 """Times decode attention on the CPU (paged_decode.c) with a context split over the threads
 against the same kernel on one thread (what a sequence got before the split). JSON on
 stdout, microseconds a call (best of ``--repeats`` runs of ``--calls`` calls, the two
-taking turns), SmolLM2-135M's heads (9 query heads over 3 KV heads of 64), one or two
+taking turns), SmolLM2-135M's heads (9 query heads over 3 KV heads of 64), one to three
 decoding sequences of each context length; the pool as bench_prefill_attention.py's.
 
     PYTHONPATH=. .venv/bin/python scripts/bench_decode_attention.py --threads 2
@@ -48,7 +48,7 @@ def main() -> int:
     kernel = CpuAttentionBackend(library, load_kv_store())
     scale = 64**-0.5
     rows = []
-    for batch in (1, 2):
+    for batch in (1, 2, 3):
         for context in CONTEXTS:
             query, cache, layout = make_step(context - 1, 1, batch, False, args.pool, gen)
             meta = kernel.build_metadata(layout, torch.device("cpu"))  # type: ignore[arg-type]

@@ -6,10 +6,10 @@
  *                  row is rows[b]
  *   key, value     (num_blocks, block_size, num_kv_heads, head_dim)
  *   block_tables   (num_seqs, table_stride) int64
- * One work item (OpenMP, dynamic) is one sequence and all its heads, or, with fewer
- * sequences than threads, a part of a long context (see paged_decode_splits); the query
- * heads of one KV head (a GQA group) share each key and value row. Scores are kept for the whole
- * context, then a softmax and one pass over the values: two streaming reads, K then V,
+ * One work item (OpenMP, dynamic) is one sequence and all its heads, or, with few
+ * sequences for the threads, a part of a long context (see paged_decode_splits); the
+ * query heads of one KV head (a GQA group) share each key and value row. Scores are kept
+ * for the whole context, then a softmax and one pass over the values: two reads, K then V,
  * each asking for rows a block ahead. There is a portable path and an AVX-512 one (bf16
  * scores with AVX-512 BF16 dot products where the processor has them).
  * Cascade: a caller that has attended the blocks every sequence shares (skip tokens of
@@ -165,19 +165,29 @@ static void merge_prior(const Problem *p, int64_t b, float *acc, const float *ls
     }
 }
 
-/* Splitting a context over the threads (flash-decoding). With fewer sequences than
- * threads, a sequence's own context is cut into parts of whole blocks, each part's
- * attention (output and log-sum-exp per head) is a work item, and the parts are folded
- * together as the cascade folds its prefix. A part is at least SPLIT_MIN_TOKENS long:
- * below that a second thread's wake-up and the fold cost about what they save. */
+/* Splitting a context over the threads (flash-decoding). With few sequences for the
+ * threads (one person's request alone, or 3 on 2 threads, where one thread would take two
+ * sequences and the other one), each sequence's own context is cut into parts of whole
+ * blocks, each part's attention (output and log-sum-exp per head) is a work item, and the
+ * parts are folded together as the cascade folds its prefix. A part is at least
+ * SPLIT_MIN_TOKENS long: below that a second thread's wake-up and the fold cost about what
+ * they save. */
 enum { SPLIT_MIN_TOKENS = 128 };
 
 /* The parts each sequence's context is cut into (1: not split), for num_seqs sequences the
- * longest of whose own contexts is max_len tokens. */
+ * longest of whose own contexts is max_len tokens: as many as give every thread the same
+ * number of parts (num_threads / gcd(num_seqs, num_threads)), fewer where a part would be
+ * under SPLIT_MIN_TOKENS, and none from 4 sequences a thread on, where the last round's
+ * idle threads are a small part of the call. */
 int paged_decode_splits(int64_t num_seqs, int64_t max_len, int num_threads) {
-    if (num_seqs >= num_threads) return 1;
-    const int64_t wanted = (num_threads + num_seqs - 1) / num_seqs;
-    const int64_t most = max_len / SPLIT_MIN_TOKENS;
+    if (num_seqs <= 0 || num_threads <= 1 || num_seqs >= 4 * (int64_t)num_threads) return 1;
+    int64_t a = num_seqs, b = num_threads;
+    while (b) { /* a becomes gcd(num_seqs, num_threads) */
+        const int64_t r = a % b;
+        a = b;
+        b = r;
+    }
+    const int64_t wanted = num_threads / a, most = max_len / SPLIT_MIN_TOKENS;
     return (int)(wanted < most ? wanted : most > 1 ? most : 1);
 }
 

@@ -189,22 +189,27 @@ def eight_threads() -> Iterator[None]:
     torch.set_num_threads(before)
 
 
-def test_contexts_are_split_only_with_fewer_sequences_than_threads() -> None:
+def test_contexts_are_split_where_the_sequences_leave_threads_idle() -> None:
     splits = load_paged_decode().paged_decode_splits
     assert splits(1, 255, 2) == 1  # a part is at least 128 tokens
     assert splits(1, 600, 2) == 2
     assert splits(1, 700, 8) == 5  # at most one part per 128 tokens
-    assert splits(3, 1101, 8) == 3  # ceil(8 / 3) parts
+    assert splits(3, 1101, 8) == 8  # 8 / gcd(3, 8) parts: 3 a thread
+    assert splits(6, 5000, 4) == 2  # 4 / gcd(6, 4): 3 parts a thread, not 2 or 1 sequence
+    assert splits(3, 5000, 2) == 2
+    assert splits(7, 5000, 2) == 2
     assert splits(2, 5000, 2) == 1  # a sequence a thread already
-    assert splits(8, 5000, 2) == 1
+    assert splits(4, 5000, 2) == 1
+    assert splits(9, 5000, 2) == 1  # from 4 sequences a thread on, not split
+    assert splits(1, 5000, 1) == 1
 
 
 @pytest.mark.parametrize("build", BUILDS)
 @pytest.mark.parametrize("pool", ["bf16", "fp8", "f32"])
 @pytest.mark.usefixtures("eight_threads")
 def test_long_contexts_split_over_the_threads_match_the_torch_path(pool: str, build: str) -> None:
-    """One long decode alone (5 parts), and a ragged batch of three (3 parts each: the
-    20-token context fills only two, the third part empty), against the torch path."""
+    """One long decode alone (5 parts), and a ragged batch of three (8 parts each: the
+    20-token context fills only two, the other six empty), against the torch path."""
     pool_dtype = {"bf16": torch.bfloat16, "fp8": FP8_KV_DTYPE, "f32": torch.float32}[pool]
     dtype = torch.float32 if pool == "f32" else torch.bfloat16
     for contexts in ([(699, 1)], [(1100, 1), (19, 1), (700, 1)]):
