@@ -240,16 +240,27 @@ int quant_linear_q8(const void *x, int64_t x_stride, int x_bf16, int64_t M, cons
     a.q_stride = (int64_t)(blocks + 3) / 4 * 4 * BLOCK; /* whole quads of blocks */
     a.d_stride = lanes_a_row(blocks, bits);
     a.sum_stride = (groups + WINDOW - 1) / WINDOW * WINDOW;
-    a.q = aligned_alloc(64, (size_t)(M * a.q_stride));
-    a.centre = aligned_alloc(64, (size_t)(M * a.q_stride));
-    a.d = calloc((size_t)(M * a.d_stride), sizeof(float));
-    a.sum = calloc((size_t)(M * a.sum_stride), sizeof(float));
-    int failed = a.q == NULL || a.centre == NULL || a.d == NULL || a.sum == NULL ? 2 : 0;
+    /* one allocation a call (q, centre, d, sum; each a multiple of 64 bytes a row), one
+     * a thread below: a decode step makes some 120 calls, and eight allocations each were
+     * a few tenths of a microsecond of them */
+    const size_t q_bytes = (size_t)(M * a.q_stride);
+    const size_t float_bytes = (size_t)(M * (a.d_stride + a.sum_stride)) * sizeof(float);
+    a.q = aligned_alloc(64, 2 * q_bytes + float_bytes);
+    int failed = a.q == NULL ? 2 : 0;
     if (!failed) {
-        memset(a.q, 0, (size_t)(M * a.q_stride));
-#pragma omp parallel for schedule(static) num_threads(threads) if (M >= 4)
-        for (int64_t m = 0; m < M; m++)
-            quantize_row(x, x_stride, x_bf16, m, K, bits, group_size, blocks, &a);
+        a.centre = (int32_t *)(a.q + q_bytes);
+        a.d = (float *)(a.q + 2 * q_bytes);
+        a.sum = a.d + M * a.d_stride;
+        memset(a.q, 0, q_bytes);
+        memset(a.d, 0, float_bytes);
+        if (M < 4) { /* a parallel region of one thread still costs its set-up */
+            for (int64_t m = 0; m < M; m++)
+                quantize_row(x, x_stride, x_bf16, m, K, bits, group_size, blocks, &a);
+        } else {
+#pragma omp parallel for schedule(static) num_threads(threads)
+            for (int64_t m = 0; m < M; m++)
+                quantize_row(x, x_stride, x_bf16, m, K, bits, group_size, blocks, &a);
+        }
     }
     const int64_t chunks = (N + ROW_CHUNK - 1) / ROW_CHUNK, ahead = prefetch_distance(row_bytes);
 #pragma omp parallel num_threads(threads) if (!failed)
@@ -259,15 +270,19 @@ int quant_linear_q8(const void *x, int64_t x_stride, int x_bf16, int64_t M, cons
         t.offset_stride = a.sum_stride;
         /* AVX2 never fills the float tables: one row keeps the pointers valid */
         const int table_rows = Q8_PATH == 1 ? 1 : ROW_CHUNK;
-        t.scale = calloc((size_t)(table_rows * t.scale_stride), sizeof(float));
-        t.offset = calloc((size_t)(table_rows * t.offset_stride), sizeof(float));
         const int windows = (blocks + WINDOW - 1) / WINDOW;
-        t.window_group = malloc((size_t)windows * WINDOW * sizeof(int32_t));
         /* AVX2 only: lane l of pair step p reads its block's group within the window */
         const size_t pair_lanes = Q8_PATH == 1 ? (size_t)windows * WINDOW * 4 : 1;
-        int32_t *pair_index = malloc(pair_lanes * sizeof(int32_t));
-        const int ready =
-            t.scale != NULL && t.offset != NULL && t.window_group != NULL && pair_index != NULL;
+        const size_t table_floats = (size_t)(table_rows * (t.scale_stride + t.offset_stride));
+        t.scale = malloc(table_floats * sizeof(float) +
+                         ((size_t)windows * WINDOW + pair_lanes) * sizeof(int32_t));
+        const int ready = t.scale != NULL;
+        if (ready) {
+            memset(t.scale, 0, table_floats * sizeof(float));
+            t.offset = t.scale + table_rows * t.scale_stride;
+            t.window_group = (int32_t *)(t.scale + table_floats);
+        }
+        int32_t *pair_index = ready ? t.window_group + windows * WINDOW : NULL;
         for (int b = 0; ready && b < windows * WINDOW; b++)
             t.window_group[b] =
                 b < blocks ? b / group_blocks - b / WINDOW * WINDOW / group_blocks : 0;
@@ -336,13 +351,7 @@ int quant_linear_q8(const void *x, int64_t x_stride, int x_bf16, int64_t M, cons
             }
         }
         free(t.scale);
-        free(t.offset);
-        free(t.window_group);
-        free(pair_index);
     }
     free(a.q);
-    free(a.centre);
-    free(a.d);
-    free(a.sum);
     return failed;
 }
