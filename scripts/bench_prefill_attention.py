@@ -90,7 +90,8 @@ def main() -> int:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     gen = torch.Generator().manual_seed(0)
-    kernel = CpuAttentionBackend(load_paged_decode(), load_kv_store())
+    # the kernel for bf16 too, where the backend would leave it to torch (AMX)
+    kernel = CpuAttentionBackend(load_paged_decode(), load_kv_store(), bf16_prefill_in_torch=False)
     reference = TorchAttentionBackend()
     scale = DIM**-0.5
     rows = []

@@ -5,9 +5,12 @@ sequence's whole context out of the pool (a copy of all of K and V each layer) b
 masked SDPA. The kernel in paged_decode.c reads the pool in place through the block
 tables. Prefill chunks go through paged_prefill.h (flash-attention tiles over the pool in
 place, bf16 dot products where the processor has them): on a Zen 5, 6x faster than torch's
-SDPA on a 512-token bf16 chunk, 2x in float32. The torch path is the reference both are
-tested against, and serves what the kernels do not take (a head size that is not a
-multiple of 16, say).
+SDPA on a 512-token bf16 chunk, 2x in float32. Not on a processor with AMX, where torch's
+flash attention multiplies bf16 on the AMX tiles: on an Emerald Rapids Xeon its SDPA took a
+2,048-token bf16 chunk in a third of the kernel's time, so there bf16 queries keep the
+torch path (and the cascade), float32 ones the kernel (`torch_attention_uses_amx`). The
+torch path is the reference both are tested against, and serves what the kernels do not
+take (a head size that is not a multiple of 16, say).
 
 Cascade (cascade.py): when the decodes share leading blocks (every chat that starts with
 the same system prompt hits the same cached blocks), those are attended once for the whole
@@ -95,13 +98,26 @@ def _leading_shared(tables: np.ndarray, limit: int) -> int:
     return min(int(same.cumprod().sum()), limit)
 
 
+def torch_attention_uses_amx() -> bool:
+    """Whether torch's CPU attention runs bf16 on AMX tiles here (its flash attention's
+    matmuls go to oneDNN's brgemm, which uses them where the processor has them)."""
+    return bool(getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)())
+
+
 class CpuAttentionBackend:
-    def __init__(self, library: ctypes.CDLL, store: ctypes.CDLL) -> None:
-        """``library``: paged_decode.c; ``store``: kv_store.c (build.py loads both)."""
+    def __init__(
+        self, library: ctypes.CDLL, store: ctypes.CDLL, *, bf16_prefill_in_torch: bool | None = None
+    ) -> None:
+        """``library``: paged_decode.c; ``store``: kv_store.c (build.py loads both).
+        ``bf16_prefill_in_torch``: bf16 prefill chunks skip the chunk kernel (by default
+        where torch's attention uses AMX; the tests pin it either way)."""
         self._kernel = library.paged_decode_attention
         self._prefill_kernel = library.paged_prefill_attention
         # 0 in a build without AVX-512: prefill chunks keep the torch path there
         self._prefill_kernel_built = bool(library.paged_prefill_available())
+        self.bf16_prefill_in_torch = (
+            torch_attention_uses_amx() if bf16_prefill_in_torch is None else bf16_prefill_in_torch
+        )
         self._store_kv = store.store_kv
         self._torch = TorchAttentionBackend()  # the reference, for what the kernels skip
 
@@ -282,6 +298,7 @@ class CpuAttentionBackend:
         tables, head_dim = base.block_tables, key_cache.shape[3]
         return (
             self._prefill_kernel_built
+            and not (self.bf16_prefill_in_torch and query.dtype == torch.bfloat16)
             and query.dtype in _DTYPE_CODES
             and query.dtype != FP8_KV_DTYPE
             and key_cache.dtype in _DTYPE_CODES

@@ -31,8 +31,8 @@ def test_chunks_after_a_shared_prefix_match_the_torch_path(
 ) -> None:
     """Three chunks right after 5 shared blocks, a chunk with more of its own context
     cached and a decode, in the same step. With 64-wide heads the chunk kernel takes every
-    chunk; with 40 (not a multiple of 16), or on a processor whose build has no chunk
-    kernel (no AVX-512), the three take the cascade."""
+    chunk; with 40 (not a multiple of 16), on a processor whose build has no chunk kernel
+    (no AVX-512), or in bf16 where torch's attention uses AMX, the three take the cascade."""
     contexts = [(80, 20), (80, 33), (80, 16), (95, 10), (100, 1)]
     dtype = torch.float32 if pool == "f32" else torch.bfloat16
     case = make_case(
@@ -58,8 +58,10 @@ def test_chunks_after_a_shared_prefix_match_the_torch_path(
 
     monkeypatch.setattr(backend_module, "shared_prefix_attention", counted)
     library = load_paged_decode()
-    actual = case.attend(CpuAttentionBackend(library, load_kv_store()), scale)
-    kernel_takes = head_dim == 64 and library.paged_prefill_available()
+    chosen = CpuAttentionBackend(library, load_kv_store())
+    actual = case.attend(chosen, scale)
+    bf16_in_torch = chosen.bf16_prefill_in_torch and dtype == torch.bfloat16
+    kernel_takes = head_dim == 64 and library.paged_prefill_available() and not bf16_in_torch
     assert cascades == ([] if kernel_takes else [20 + 33 + 16])
     if pool == "f32":
         torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)

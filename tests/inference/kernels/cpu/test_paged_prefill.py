@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from inference.kernels.attention import TorchAttentionBackend
-from inference.kernels.cpu.backend import CpuAttentionBackend
+from inference.kernels.cpu.backend import CpuAttentionBackend, torch_attention_uses_amx
 from inference.kernels.cpu.build import load_kv_store, load_paged_decode
 from inference.kernels.kv_cache import FP8_KV_DTYPE
 
@@ -27,7 +27,10 @@ CONTEXTS = [(0, 37), (20, 17), (5, 1), (64, 100), (0, 16), (3, 2)]
 
 
 def backend(flags: tuple[str, ...] = ()) -> CpuAttentionBackend:
-    return CpuAttentionBackend(load_paged_decode(flags), load_kv_store(flags))
+    """The chunk kernel for every dtype, also where bf16 would keep the torch path (AMX)."""
+    return CpuAttentionBackend(
+        load_paged_decode(flags), load_kv_store(flags), bf16_prefill_in_torch=False
+    )
 
 
 def native_kernel() -> None:
@@ -106,6 +109,46 @@ def test_a_build_without_avx512_keeps_the_torch_path(pool: str) -> None:
     )  # fmt: skip
     expected = case.attend(TorchAttentionBackend(), 0.125)
     assert torch.equal(case.attend(backend(PORTABLE), 0.125), expected)
+
+
+@pytest.mark.parametrize("in_torch", [True, False])
+def test_bf16_chunks_keep_the_torch_path_where_it_uses_amx(
+    in_torch: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a processor with AMX (``bf16_prefill_in_torch``) bf16 chunks go to torch's SDPA,
+    bit for bit the reference, while float32 chunks still take the kernel."""
+    native_kernel()
+    chunks = [(cached, new) for cached, new in CONTEXTS if new > 1]  # no decode
+    shape = {"group": 3, "num_kv_heads": 2, "head_dim": 64, "block_size": 16, "seed": 5}
+    cases = {
+        dtype: make_case(chunks, dtype=dtype, pool_dtype=dtype, **shape)
+        for dtype in (torch.bfloat16, torch.float32)
+    }
+    expected = {dtype: case.attend(TorchAttentionBackend(), 0.125) for dtype, case in cases.items()}
+    reference = TorchAttentionBackend.prefill
+    torch_chunks: list[torch.dtype] = []
+
+    def counted(self: TorchAttentionBackend, query: torch.Tensor, *args: object) -> None:
+        torch_chunks.append(query.dtype)
+        reference(self, query, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(TorchAttentionBackend, "prefill", counted)
+    chosen = CpuAttentionBackend(
+        load_paged_decode(), load_kv_store(), bf16_prefill_in_torch=in_torch
+    )
+    actual = {dtype: case.attend(chosen, 0.125) for dtype, case in cases.items()}
+    assert torch_chunks == ([torch.bfloat16] if in_torch else [])
+    if in_torch:
+        assert torch.equal(actual[torch.bfloat16], expected[torch.bfloat16])
+    else:
+        assert_close_bf16(actual[torch.bfloat16], expected[torch.bfloat16])
+    torch.testing.assert_close(actual[torch.float32], expected[torch.float32])
+
+
+def test_the_choice_follows_whether_torchs_attention_uses_amx() -> None:
+    default = CpuAttentionBackend(load_paged_decode(), load_kv_store())
+    assert default.bf16_prefill_in_torch == torch_attention_uses_amx()
+    assert torch_attention_uses_amx() == torch.cpu._is_amx_tile_supported()
 
 
 def test_head_sizes_the_kernel_does_not_take_go_through_torch() -> None:
