@@ -66,6 +66,7 @@ def test_an_employee_signs_in_chats_and_finds_the_conversation_again(
 def test_stop_ends_the_generation_in_the_engine(browser: Browser, appliance: Appliance) -> None:
     with browsing(browser, appliance) as (_, page):
         sign_in_with_sso(page, "alice")
+        before = len(off_loop(_chat_records, appliance))  # earlier tests' requests
         long_answers(page, 4000)
         send(page, "Write a very long answer.")
         expect(page.locator("[data-streaming] .markdown")).not_to_be_empty(timeout=30_000)
@@ -75,8 +76,10 @@ def test_stop_ends_the_generation_in_the_engine(browser: Browser, appliance: App
         # The engine lets go of the sequence at once, not after 4,000 tokens.
         assert _wait_for(lambda: running_requests(appliance.worker_url) == 0, timeout=5)
         expect(answers(page)).to_have_count(1)  # what had arrived is kept
-        records = off_loop(_chat_records, appliance)
-        stopped = records[-1]
+        # The gateway writes the stopped request's record once it sees the disconnect,
+        # which may be after the engine has let go: wait for it rather than read too soon.
+        assert _wait_for(lambda: len(off_loop(_chat_records, appliance)) > before)
+        stopped = off_loop(_chat_records, appliance)[before]
         assert stopped["status_code"] == 499 and stopped["reason"] == "client_disconnected"
         assert 0 < stopped["completion_tokens"] < 4000
         assert stopped["details"] == '{"via":"ui"}' and stopped["api_key_id"] is None
