@@ -33,6 +33,14 @@ def backend(build: str) -> CpuAttentionBackend:
     return CpuAttentionBackend(load_paged_decode(BUILDS[build]), load_kv_store(BUILDS[build]))
 
 
+def assert_matches(actual: torch.Tensor, expected: torch.Tensor, pool: str) -> None:
+    """Float32 to rounding; bf16, FP8 and float16 pools within bf16's tolerance."""
+    if pool == "f32":
+        torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
+    else:
+        assert_close_bf16(actual, expected)
+
+
 def decode_contexts(block_size: int) -> list[tuple[int, int]]:
     """(cached, new): decodes ending on, just before and past block boundaries, and a chunk."""
     b = block_size
@@ -158,10 +166,7 @@ def test_cascade_over_a_shared_prefix_matches_the_torch_path(pool: str, build: s
     scale = 64**-0.5
     expected = case.attend(TorchAttentionBackend(), scale)
     actual = case.attend(backend(build), scale)
-    if pool == "f32":
-        torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
-    else:
-        assert_close_bf16(actual, expected)
+    assert_matches(actual, expected, pool)
 
 
 def test_shared_blocks_stop_short_of_every_decodes_last_token() -> None:
@@ -226,10 +231,7 @@ def test_long_contexts_split_over_the_threads_match_the_torch_path(pool: str, bu
         scale = 64**-0.5
         expected = case.attend(TorchAttentionBackend(), scale)
         actual = case.attend(backend(build), scale)
-        if pool == "f32":
-            torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
-        else:
-            assert_close_bf16(actual, expected)
+        assert_matches(actual, expected, pool)
 
 
 @pytest.mark.parametrize("build", BUILDS)
