@@ -148,6 +148,9 @@ class CpuDecodeGraphRunner:
         self._max_batch = min(max_num_seqs, max_batch)
         self._graphs: dict[int, CpuDecodeGraph] = {}
         self._seen: set[int] = set()
+        # Steps that recorded (a pass under the recorder, about a second for the demo
+        # model): the scheduler's cost model leaves them out (ModelRunner.one_time_steps).
+        self.recording_steps = 0
         self._over_budget: set[int] = set()  # sizes whose recording would pass memory_bytes
         self._reset()
 
@@ -210,6 +213,7 @@ class CpuDecodeGraphRunner:
     def _record(self, graph: CpuDecodeGraph) -> torch.Tensor:
         """Run the staged step while recording it; keep the recording where it is usable."""
         assert graph.hidden is not None and graph.cos is not None and graph.sin is not None
+        self.recording_steps += 1
         with record(SCRATCH_BYTES_PER_ROW * graph.size) as recording:
             out = self.model.forward_layers(
                 graph.hidden, (graph.cos, graph.sin), self.kv_caches, graph.meta

@@ -175,6 +175,7 @@ class DecodeGraphRunner:
         self._graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         self._pool = torch.cuda.graph_pool_handle()  # one memory pool for every size
         self._buffers: dict[int, DecodeBuffers] = {}  # made outside any capture
+        self.recording_steps = 0  # steps that captured (warm-up runs included): slow once
 
     def can_run(self, num_seqs: int, width: int) -> bool:
         """Whether a pure decode step of ``num_seqs`` with ``width``-block tables replays."""
@@ -206,6 +207,7 @@ class DecodeGraphRunner:
     def _capture(self, buffers: DecodeBuffers) -> tuple[torch.cuda.CUDAGraph, torch.Tensor] | None:
         meta: TritonAttentionMetadata = buffers.metadata
         args = (buffers.input_ids, buffers.positions, self.kv_caches, meta)
+        self.recording_steps += 1
         try:
             # Warm up on a side stream first: Triton compiles and cuBLAS picks its kernels
             # outside the capture. These runs compute this very step (same buffers), so the

@@ -286,6 +286,7 @@ class LLMEngine:
         # before them shifts their logits row.
         starts = list(itertools.accumulate((item.num_sample_rows for item in sampling), initial=0))
         masks = self.masks.start([(starts[i], m) for i, m in constrained_rows(samples)])
+        one_time_steps = self.runner.one_time_steps
         try:
             result = self.runner.execute(batch, want_prompt_logits=want_prompt_logits)
         except BaseException:
@@ -323,7 +324,8 @@ class LLMEngine:
                     self.spec.stats.record(len(item.spec_token_ids), verified.num_accepted)
                     self.scheduler.accept_speculated(item.seq, verified.num_accepted)
                 touched[state.request_id] = state
-        self.scheduler.record_step_time(batch, time.perf_counter() - started)
+        if self.runner.one_time_steps == one_time_steps:  # not a step that recorded a graph
+            self.scheduler.record_step_time(batch, time.perf_counter() - started)
         if self.spec is not None:  # a draft's KV of finished or preempted sequences
             self.spec.proposer.retain(self.scheduler.running)
         outputs = [state.output() for state in touched.values()]

@@ -99,6 +99,13 @@ class ModelRunner:
         # Set by a tensor-parallel group: sends each eager step's inputs to the other ranks.
         self.broadcast_step: Callable[[StepInputs], None] | None = None
 
+    @property
+    def one_time_steps(self) -> int:
+        """How many steps so far recorded or captured a decode graph: such a step takes
+        far longer than its shape will again (about a second on the CPU for the demo
+        model), so the scheduler's cost model leaves it out."""
+        return 0 if self.decode_graphs is None else self.decode_graphs.recording_steps
+
     @torch.inference_mode()
     def forward_step(self, step: StepInputs) -> torch.Tensor:
         """Run the model eagerly on one step's host inputs; the final hidden states (T, hidden).
