@@ -148,8 +148,9 @@ class CpuDecodeGraphRunner:
         self._max_batch = min(max_num_seqs, max_batch)
         self._graphs: dict[int, CpuDecodeGraph] = {}
         self._seen: set[int] = set()
-        # Steps that recorded (a pass under the recorder, about a second for the demo
-        # model): the scheduler's cost model leaves them out (ModelRunner.one_time_steps).
+        # Steps that recorded (a pass under the recorder, 50-100 ms for the demo model, a
+        # few replays' worth): the scheduler's cost model leaves them out
+        # (ModelRunner.one_time_steps).
         self.recording_steps = 0
         self._over_budget: set[int] = set()  # sizes whose recording would pass memory_bytes
         self._reset()

@@ -102,8 +102,8 @@ class ModelRunner:
     @property
     def one_time_steps(self) -> int:
         """How many steps so far recorded or captured a decode graph: such a step takes
-        far longer than its shape will again (about a second on the CPU for the demo
-        model), so the scheduler's cost model leaves it out."""
+        far longer than its shape will again (50-100 ms on the CPU for the demo model,
+        several replays), so the scheduler's cost model leaves it out."""
         return 0 if self.decode_graphs is None else self.decode_graphs.recording_steps
 
     @torch.inference_mode()

@@ -230,6 +230,13 @@ class _Watch(TorchDispatchMode):
         super().__init__()
         self.recording = recording
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        """Not wrapped in torch's dynamo guard: the wrapper imports torch._dynamo on its
+        first call, 1.1-1.6 s in the middle of serving (the first recording step), and no
+        pass under the recorder is compiled. Read by TorchDispatchMode.__init_subclass__."""
+        return False
+
     def __torch_dispatch__(
         self,
         func: Any,

@@ -4,6 +4,8 @@ makes a recording unusable, and replays on the recorded addresses."""
 from __future__ import annotations
 
 import ctypes
+import subprocess
+import sys
 import threading
 from typing import Any
 
@@ -153,3 +155,21 @@ def test_runs_of_kernels_replay_in_one_call_and_the_rest_one_by_one(
     recording.replay()
     want = kernels.rms_norm(kernels.rms_norm(x, weight, 1e-6), weight, 1e-6) * 2
     assert torch.equal(out, kernels.rms_norm(want, weight, 1e-6))
+
+
+def test_recording_leaves_torch_dynamo_unimported() -> None:
+    """torch wraps a dispatch mode's hook in a guard that imports torch._dynamo on its first
+    call (1-1.6 s): a worker's first recording step stalled every user that long."""
+    code = (
+        "import sys, torch\n"
+        "from inference.kernels.cpu.recording import record\n"
+        "x = torch.randn(4, 8)\n"
+        "with record() as recording:\n"
+        "    y = x * 2 + 1\n"
+        "assert recording.torch_ops == 2, recording.torch_ops\n"
+        "print('torch._dynamo' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.strip() == "False"
