@@ -6,7 +6,9 @@ replay.c (as a recorded step replays them, no Python between): each SmolLM2 laye
 alone, repeated (`warm`), then 30 layers' distinct weights in a row (`layers`, 68 MB of
 4-bit codes and scales), the 8-bit tied vocabulary alone (`vocab`, 32 MB), and both in
 one run (`step`), each the best of ``--repeats``. ``--checkout`` times another checkout's
-kernels (an A/B in turns: run it once per checkout, alternated).
+kernels (an A/B in turns: run it once per checkout, alternated); ``--interleaved`` the int8
+path over the 4-bit layers laid out 16 rows interleaved (quant_linear_q8_il.h), as a layer
+with int8 activations binds them where VNNI runs it.
 
     PYTHONPATH=. .venv/bin/python scripts/bench_quant_stream.py [--exact] [--avx2]
 """
@@ -35,10 +37,15 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--exact", action="store_true", help="float activations, not int8")
     parser.add_argument("--avx2", action="store_true", help="the kernels built -mno-avx512f")
+    parser.add_argument(
+        "--interleaved",
+        action="store_true",
+        help="int8: the 4-bit layers 16 rows interleaved, as a layer takes them where it can",
+    )
     args = parser.parse_args()
     sys.path.insert(0, str(args.checkout))
     from inference.bench.machine import cpu_model
-    from inference.kernels.cpu.quant_linear import BoundWeight, load_quant_linear
+    from inference.kernels.cpu.quant_linear import load_quant_linear
     from inference.kernels.cpu.recording import _batched, _replay_library
     from inference.model.quant.group_math import quantize_groups
 
@@ -50,13 +57,21 @@ def main() -> None:
     library = kernel._lib if args.exact else kernel._int8
     function = library.quant_linear if args.exact else library.quant_linear_q8
     function = getattr(function, "__wrapped__", function)  # the raw ctypes function
+    interleaved = getattr(getattr(library, "quant_linear_q8_il", None), "__wrapped__", None)
+    if args.interleaved and (args.exact or kernel.int8_path != "avx512-vnni"):
+        raise SystemExit("--interleaved: the int8 path with AVX512-VNNI only")
     alive: list[object] = []
 
     def call(rows: int, cols: int, bits: int = 4) -> tuple[Any, tuple[Any, ...]]:
-        bound = BoundWeight(quantize_groups(torch.randn(rows, cols), bits, 32))
+        weight = quantize_groups(torch.randn(rows, cols), bits, 32)
+        bound = kernel.bind(weight, interleave=args.interleaved)
+        assert bound is not None
+        run, arguments = function, bound.arguments
+        if bound.interleaved_arguments is not None:
+            run, arguments = interleaved, bound.interleaved_arguments
         x, out = torch.randn(1, cols).bfloat16(), torch.empty(1, rows, dtype=torch.bfloat16)
         alive.extend([bound, x, out])
-        return function, (x.data_ptr(), cols, 1, 1, *bound.arguments, out.data_ptr(), args.threads)
+        return run, (x.data_ptr(), cols, 1, 1, *arguments, out.data_ptr(), args.threads)
 
     def best_us(run: Callable[[], None], calls: int) -> float:
         run()
@@ -70,9 +85,10 @@ def main() -> None:
     warm = {name: best_us(_batched(replay_calls, [call(r, c)] * 200), 200) for name, r, c in SHAPES}
     layers = [call(r, c) for _ in range(LAYERS) for _, r, c in SHAPES]
     vocab = call(*VOCAB, bits=8)
+    laid = ", 4-bit layers interleaved" if args.interleaved else ""
     report = {
         "cpu": cpu_model(),
-        "kernel": ("exact " + kernel.path) if args.exact else f"int8 {kernel.int8_path}",
+        "kernel": ("exact " + kernel.path) if args.exact else f"int8 {kernel.int8_path}{laid}",
         "threads": args.threads,
         "checkout": str(args.checkout),
         "unit": "microseconds",

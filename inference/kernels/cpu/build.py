@@ -112,6 +112,8 @@ SIGNATURES: dict[str, dict[str, list[type[Any]]]] = {
         "quant_linear_q8_available": [],
         # as quant_linear
         "quant_linear_q8": [_p, _i64, _i32, _i64, _p, _p, _p, _i64, _i32, _i32, _i32, _p, _i32],
+        # as quant_linear, the weight's three arrays 16 rows interleaved (quant_linear_q8_il.h)
+        "quant_linear_q8_il": [_p, _i64, _i32, _i64, _p, _p, _p, _i64, _i32, _i32, _i32, _p, _i32],
     },
     "replay": {
         "replay_calls": [_p, _i64],  # recorded calls (recording.py), how many

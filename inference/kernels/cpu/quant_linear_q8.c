@@ -227,15 +227,11 @@ static void fill_tables(weight_tables *t, const uint16_t *scale, const uint16_t 
 
 #include "quant_linear_q8_tile.h" /* tile(): the multiply of one register tile */
 
-int quant_linear_q8(const void *x, int64_t x_stride, int x_bf16, int64_t M, const uint8_t *codes,
-                    const uint16_t *scale, const uint16_t *offset, int64_t N, int K, int bits,
-                    int group_size, void *out, int threads) {
-    if (!(M > 0 && N > 0 && K > 0 && (bits == 4 || bits == 8) && group_size > 0 &&
-          group_size % BLOCK == 0))
-        return 1;
-    const int blocks = (K + BLOCK - 1) / BLOCK, group_blocks = group_size / BLOCK;
+/* x's M rows quantized into `a` (one allocation: free(a->q)); 0, or 2 where it failed. */
+static int quantize_activations(const void *x, int64_t x_stride, int x_bf16, int64_t M, int K,
+                                int bits, int group_size, int threads, activations *a_out) {
+    const int blocks = (K + BLOCK - 1) / BLOCK;
     const int groups = (K + group_size - 1) / group_size;
-    const int64_t row_bytes = (int64_t)blocks * BLOCK * bits / 8;
     activations a = {0};
     a.q_stride = (int64_t)(blocks + 3) / 4 * 4 * BLOCK; /* whole quads of blocks */
     a.d_stride = lanes_a_row(blocks, bits);
@@ -262,6 +258,21 @@ int quant_linear_q8(const void *x, int64_t x_stride, int x_bf16, int64_t M, cons
                 quantize_row(x, x_stride, x_bf16, m, K, bits, group_size, blocks, &a);
         }
     }
+    *a_out = a;
+    return failed;
+}
+
+int quant_linear_q8(const void *x, int64_t x_stride, int x_bf16, int64_t M, const uint8_t *codes,
+                    const uint16_t *scale, const uint16_t *offset, int64_t N, int K, int bits,
+                    int group_size, void *out, int threads) {
+    if (!(M > 0 && N > 0 && K > 0 && (bits == 4 || bits == 8) && group_size > 0 &&
+          group_size % BLOCK == 0))
+        return 1;
+    const int blocks = (K + BLOCK - 1) / BLOCK, group_blocks = group_size / BLOCK;
+    const int groups = (K + group_size - 1) / group_size;
+    const int64_t row_bytes = (int64_t)blocks * BLOCK * bits / 8;
+    activations a;
+    int failed = quantize_activations(x, x_stride, x_bf16, M, K, bits, group_size, threads, &a);
     const int64_t chunks = (N + ROW_CHUNK - 1) / ROW_CHUNK, ahead = prefetch_distance(row_bytes);
 #pragma omp parallel num_threads(threads) if (!failed)
     {
@@ -355,3 +366,5 @@ int quant_linear_q8(const void *x, int64_t x_stride, int x_bf16, int64_t M, cons
     free(a.q);
     return failed;
 }
+
+#include "quant_linear_q8_il.h" /* quant_linear_q8_il(): 16 weight rows interleaved */

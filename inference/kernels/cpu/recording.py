@@ -54,6 +54,7 @@ REPLAY_KINDS: dict[str, tuple[int, str]] = {
     "paged_decode_attention": (5, "pqpqipppipqpqiiiifffqppi"),
     "quant_linear": (6, "pqiqpppqiiipi"),
     "quant_linear_q8": (6, "pqiqpppqiiipi"),
+    "quant_linear_q8_il": (6, "pqiqpppqiiipi"),
 }
 MAX_INTS, MAX_FLOATS = 24, 4  # replay.c's kernel_call
 

@@ -28,7 +28,7 @@ enum {
     ROTARY = 3,
     STORE_KV = 4,
     PAGED_DECODE = 5,
-    QUANT_LINEAR = 6, /* quant_linear and quant_linear_q8: one prototype */
+    QUANT_LINEAR = 6, /* quant_linear, quant_linear_q8 and quant_linear_q8_il: one prototype */
 };
 
 typedef void (*rms_norm_fn)(const void *, int64_t, const void *, void *, int64_t, int, float, int,

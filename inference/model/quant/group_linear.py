@@ -4,7 +4,10 @@ their weights as packed codes with float16 scales and offsets (`group_math.py`).
 A layer never holds a float copy of its weight. On the CPU a decode step's few rows
 multiply through the C kernel (inference/kernels/cpu/quant_linear.py), which widens each
 block of codes in registers; with int8 activations asked for, the int8 kernel takes up to
-its build's `int8_max_rows` (32 with VNNI or AVX2: a batch of decode steps). Past those rows
+its build's `int8_max_rows` (32 with VNNI or AVX2: a batch of decode steps), over a copy of
+the weight 16 rows interleaved where VNNI runs that layout (4-bit codes, rows in whole
+tiles of 16; a second copy of the codes and scales, made when the layer is first bound).
+Past those rows
 (prefill chunks), and where no kernel is set (other devices, no compiler), the weight is
 dequantized for that call, whole in C or in slices of rows by torch, multiplied by torch,
 then dropped.
@@ -73,7 +76,7 @@ class GroupQuantWeights(nn.Module):
                                                           device=device))  # fmt: skip
         self.kernels: CpuLayerKernels | None = None
         self._bound_weight: BoundWeight | None = None
-        self._bound_key: tuple[int, ...] = ()
+        self._bound_key: tuple[int | bool, ...] = ()
         self._triton: Callable[[torch.Tensor, GroupQuantized], torch.Tensor] | None = None
 
     def use_triton(self, enabled: bool) -> None:
@@ -138,15 +141,19 @@ class GroupQuantWeights(nn.Module):
 
     def _bound(self, kernel: QuantLinearKernel) -> BoundWeight | None:
         """The weight as `kernel` takes it, checked once and again only when its storage
-        moves (a `.to()`, a reload): the three pointers are the key."""
+        moves (a `.to()`, a reload) or int8 activations are switched: the three pointers and
+        the switch are the key. With int8 activations the bound weight also holds the
+        interleaved copy the int8 path reads where it runs (`QuantLinearKernel.bind`)."""
         # read from the dicts: nn.Module's attribute lookup costs more than the rest
         codes, buffers = self._parameters["weight"], self._buffers
         scale, offset = buffers["weight_scale"], buffers["weight_offset"]
         if codes is None or scale is None or offset is None:
             return None
-        key = (codes.data_ptr(), scale.data_ptr(), offset.data_ptr())
+        int8 = self.int8_activations
+        key = (codes.data_ptr(), scale.data_ptr(), offset.data_ptr(), int8)
         if key != self._bound_key:
-            self._bound_weight, self._bound_key = kernel.bind(self.packed), key
+            bound = kernel.bind(self.packed, interleave=int8)
+            self._bound_weight, self._bound_key = bound, key
         return self._bound_weight
 
     def _apply(self, fn: Callable[..., object], recurse: bool = True) -> GroupQuantWeights:

@@ -102,6 +102,7 @@ def test_the_key_follows_the_headers_a_source_includes(tmp_path: Path) -> None:
         build.HERE / "prefetch_rows.h",
         build.HERE / "quant_linear_q8_quantize.h",
         build.HERE / "quant_linear_q8_tile.h",
+        build.HERE / "quant_linear_q8_il.h",
     ]
 
 

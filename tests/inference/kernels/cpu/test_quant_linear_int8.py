@@ -11,8 +11,11 @@ import torch.nn.functional as F
 
 from inference.kernels.cpu.layers import load_layer_kernels
 from inference.kernels.cpu.quant_linear import (
+    INTERLEAVED_ROWS,
     MAX_KERNEL_ROWS,
+    BoundWeight,
     QuantLinearKernel,
+    interleave_q4,
     load_quant_linear,
 )
 from inference.model.quant.group_linear import GroupQuantLinear
@@ -186,9 +189,14 @@ def test_layer_uses_int8_only_when_asked() -> None:
     exact = kernels.quant.matmul(x, layer.packed)
     assert exact is not None and torch.equal(layer(x), exact)  # the default: exact
     layer.int8_activations = True
-    int8 = kernels.quant.matmul_int8(x, layer.packed)
+    int8 = kernels.quant.matmul_int8(x, layer.packed, interleave=True)
     assert int8 is not None and torch.equal(layer(x), int8)
     assert not torch.equal(int8, exact)  # a different arithmetic, so the switch is seen
+    bound = layer._bound_weight  # 64 rows of 4-bit codes: interleaved where VNNI runs it
+    assert bound is not None
+    assert (bound.interleaved is not None) == (kernels.quant.int8_path == "avx512-vnni")
+    layer.int8_activations = False  # switched back: exact again, off the file's layout
+    assert torch.equal(layer(x), exact) and layer._bound_weight.interleaved is None
 
 
 def test_layer_takes_int8_up_to_its_builds_limit() -> None:
@@ -211,11 +219,71 @@ def test_layer_takes_int8_up_to_its_builds_limit() -> None:
     at_limit = x[:limit]
     assert torch.equal(layer(at_limit), F.linear(at_limit, whole))  # the default: dequantized
     layer.int8_activations = True
-    int8 = quant.matmul_int8(at_limit, layer.packed)
+    int8 = quant.matmul_int8(at_limit, layer.packed, interleave=True)
     assert int8 is not None and torch.equal(layer(at_limit), int8)
     assert not torch.equal(int8, F.linear(at_limit, whole))
     assert torch.equal(layer(x), F.linear(x, whole))  # one row past the limit
     few = x[: MAX_KERNEL_ROWS - 1]
-    multiply = quant.matmul_int8 if limit >= len(few) else quant.matmul
-    expected = multiply(few, layer.packed)
+    expected = (
+        quant.matmul_int8(few, layer.packed, interleave=True)
+        if limit >= len(few)
+        else quant.matmul(few, layer.packed)
+    )
     assert expected is not None and torch.equal(layer(few), expected)
+
+
+@pytest.mark.parametrize("group_size", [32, 64, 128])
+@pytest.mark.parametrize(("rows", "cols"), [(48, 33), (64, 608), (160, 1000)])
+def test_int8_interleaved_matches_its_arithmetic(
+    kernel: QuantLinearKernel, group_size: int, rows: int, cols: int
+) -> None:
+    """The int8 path over the 16-row interleaved layout (quant_linear_q8_il.h), which a
+    layer with int8 activations takes where the build runs it (AVX512-VNNI, 4-bit codes,
+    rows a multiple of 16): the same arithmetic, tiles of 1-4 rows of x, K a partial block
+    (33, 1000) or an odd number of them (608 is 19)."""
+    torch.manual_seed(rows + cols + group_size)
+    weight = quantize_groups(torch.randn(rows, cols), 4, group_size)
+    bound = kernel.bind(weight, interleave=True)
+    assert bound is not None
+    if kernel.int8_path != "avx512-vnni":  # the other builds keep the file's layout
+        assert not kernel.can_interleave(weight) and bound.interleaved_arguments is None
+        return
+    assert bound.interleaved_arguments is not None
+    for m in (*range(1, 10), 16, 17, 31, 32):
+        x = torch.randn(m, cols) * torch.rand(m, 1) * 4
+        x[m // 2, : min(cols, 40)] = 0.0  # an all-zero block: d = 0
+        assert_matches_reference(kernel.matmul_bound(x, bound, int8=True), x, weight)
+        xb = x.bfloat16()
+        assert_matches_reference(kernel.matmul_bound(xb, bound, int8=True), xb, weight)
+
+
+def test_interleave_q4_reorders_codes_and_scales() -> None:
+    """Lane r of step s of a block is bytes 4s..4s+3 of row 16t + r's block (columns 4s..4s+3
+    in the low nibbles, 16 + 4s.. in the high ones); a group's scales and offsets are its 16
+    rows side by side."""
+    torch.manual_seed(3)
+    weight = quantize_groups(torch.randn(32, 96), 4, 64)
+    laid = interleave_q4(weight)
+    codes = unpack_codes(weight.codes, 4, 96).reshape(2, INTERLEAVED_ROWS, 3, 32)  # t, r, b, c
+    steps = laid.codes.reshape(2, 3, 4, INTERLEAVED_ROWS, 4)  # t, b, s, r, byte
+    low, high = steps & 15, steps >> 4
+    for s in range(4):
+        assert torch.equal(low[:, :, s].permute(0, 2, 1, 3), codes[..., 4 * s : 4 * s + 4])
+        assert torch.equal(high[:, :, s].permute(0, 2, 1, 3), codes[..., 16 + 4 * s : 20 + 4 * s])
+    for part, laid_part in ((weight.scale, laid.scale), (weight.offset, laid.offset)):
+        lanes = laid_part.reshape(2, weight.groups, INTERLEAVED_ROWS).transpose(1, 2)
+        assert torch.equal(lanes.reshape(32, weight.groups), part)
+
+
+def test_int8_interleaved_refusals(kernel: QuantLinearKernel) -> None:
+    """Only 4-bit weights of whole 16-row tiles are interleaved; the kernel itself refuses
+    anything else it is handed (None, and no write), as it does on other builds."""
+    x = torch.randn(2, 96)
+    for weight in (
+        quantize_groups(torch.randn(24, 96), 4, 32),  # 24 rows: not whole tiles
+        quantize_groups(torch.randn(32, 96), 8, 32),  # 8-bit codes
+    ):
+        assert not kernel.can_interleave(weight)
+        bound = kernel.bind(weight, interleave=True)
+        assert bound is not None and bound.interleaved_arguments is None
+        assert kernel.matmul_bound(x, BoundWeight(weight, weight), int8=True) is None

@@ -1,0 +1,136 @@
+/* quant_linear_q8_il: the int8 path (quant_linear_q8) over 4-bit weights laid out 16 rows
+ * interleaved, so that a vector's 16 lanes are 16 weight rows. The arithmetic is
+ * quant_linear_q8's, x quantized by the same code; only the weight's layout and the order
+ * of the float sums differ. Not a header of its own: quant_linear_q8.c includes it last
+ * (build.py's cache key hashes it with the source that includes it).
+ *
+ * The file's layout (one row's 32 columns a block, 16 bytes: byte i column i in its low
+ * nibble, 16 + i in its high one) makes a one-row kernel reduce each row's lanes at the end
+ * of a tile and pay a per-row epilogue; with the rows in the lanes a block of 32 columns is
+ * four 64-byte loads, eight `vpdpbusd` and one epilogue for 16 rows at once, and no
+ * reduction (docs/engine.md, "Zen 4 again"). The layout, made by quant_linear.py's
+ * `interleave_q4` from the file's (a 4-byte transpose):
+ *   codes  [N / 16][blocks][4][16] 32-bit lanes: lane r of step s is bytes 4s..4s+3 of row
+ *          16n + r's block (columns 4s..4s+3 in the low nibbles, 16+4s..19+4s in the high)
+ *   scale, offset  [N / 16][groups][16] float16: row 16n + r's, lane r
+ * Taken only with AVX512-VNNI, 4-bit codes and N a multiple of 16 (else 1, and the layer
+ * keeps quant_linear_q8 over the file's layout). */
+
+#if Q8_PATH == 2
+enum { IL_ROWS = 16, IL_TILE_M = 4 };
+
+/* 16 sums to out[at ..], as `store` rounds them (bfloat16: to nearest even, NaN quiet). */
+static inline void store16(void *out, int bf16, int64_t at, __m512 v) {
+    if (!bf16) {
+        _mm512_storeu_ps((float *)out + at, v);
+        return;
+    }
+    const __m512i bits = _mm512_castps_si512(v);
+    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+    const __m512i half = _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff));
+    const __m512i rounded = _mm512_add_epi32(bits, half);
+    const __m512i nan = _mm512_or_si512(bits, _mm512_set1_epi32(0x400000));
+    const __mmask16 is_nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    const __m512i top = _mm512_srli_epi32(_mm512_mask_blend_epi32(is_nan, rounded, nan), 16);
+    _mm256_storeu_si256((__m256i *)((uint16_t *)out + at), _mm512_cvtepi32_epi16(top));
+}
+
+/* Rows m0 .. m0 + MT - 1 of x times one block of 16 weight rows: acc[m] their 16 sums. */
+static inline __attribute__((always_inline)) void il_tile(
+    const activations *a, const int32_t *centre, int64_t m0, int MT, const uint8_t *codes,
+    const uint16_t *scale, const uint16_t *offset, int blocks, int groups, int group_blocks,
+    __m512 acc[IL_TILE_M]) {
+    const __m512i low = _mm512_set1_epi8(0x0f);
+    const __m512 z = _mm512_set1_ps(8.0f);
+    for (int m = 0; m < MT; m++) acc[m] = _mm512_setzero_ps();
+    for (int g = 0; g < groups; g++) {
+        const __m512 s = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(scale + g * 16)));
+        const __m512 o = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(offset + g * 16)));
+        const int b_end = (g + 1) * group_blocks < blocks ? (g + 1) * group_blocks : blocks;
+        for (int b = g * group_blocks; b < b_end; b++) {
+            const uint8_t *block = codes + (int64_t)b * 256;
+            for (int line = 0; line < 256; line += 64) /* 2 KiB on: see prefetch_rows.h */
+                _mm_prefetch((const char *)(block + PREFETCH_BYTES + line), _MM_HINT_T0);
+            __m512i dot[IL_TILE_M];
+            for (int m = 0; m < MT; m++) dot[m] = _mm512_set1_epi32(centre[(m0 + m) * blocks + b]);
+            for (int step = 0; step < 4; step++) {
+                const __m512i v = _mm512_loadu_si512((const void *)(block + step * 64));
+                const __m512i lo = _mm512_and_si512(v, low);
+                const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+                const int64_t at_lo = q_at(4, b, 4 * step), at_hi = q_at(4, b, 16 + 4 * step);
+                for (int m = 0; m < MT; m++) {
+                    const int8_t *q = a->q + (m0 + m) * a->q_stride;
+                    int32_t x_lo, x_hi;
+                    memcpy(&x_lo, q + at_lo, 4);
+                    memcpy(&x_hi, q + at_hi, 4);
+                    dot[m] = _mm512_dpbusd_epi32(dot[m], lo, _mm512_set1_epi32(x_lo));
+                    dot[m] = _mm512_dpbusd_epi32(dot[m], hi, _mm512_set1_epi32(x_hi));
+                }
+            }
+            /* a->d, VNNI's 4-bit spread: block b's d in lanes 4 (b % 4) .. of step b / 4 */
+            const int64_t d_at = (int64_t)b / 4 * 16 + b % 4 * 4;
+            for (int m = 0; m < MT; m++) {
+                const __m512 d = _mm512_set1_ps(a->d[(m0 + m) * a->d_stride + d_at]);
+                acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[m]), _mm512_mul_ps(s, d), acc[m]);
+            }
+        }
+        /* the offsets, with the centring's z * scale, times x's float sum over the group */
+        const __m512 oz = _mm512_fmadd_ps(s, z, o);
+        for (int m = 0; m < MT; m++)
+            acc[m] = _mm512_fmadd_ps(oz, _mm512_set1_ps(a->sum[(m0 + m) * a->sum_stride + g]),
+                                     acc[m]);
+    }
+}
+#endif
+
+int quant_linear_q8_il(const void *x, int64_t x_stride, int x_bf16, int64_t M,
+                       const uint8_t *codes, const uint16_t *scale, const uint16_t *offset,
+                       int64_t N, int K, int bits, int group_size, void *out, int threads) {
+#if Q8_PATH == 2
+    if (!(M > 0 && N > 0 && N % IL_ROWS == 0 && K > 0 && bits == 4 && group_size > 0 &&
+          group_size % BLOCK == 0))
+        return 1;
+    const int blocks = (K + BLOCK - 1) / BLOCK, group_blocks = group_size / BLOCK;
+    const int groups = (K + group_size - 1) / group_size;
+    activations a;
+    int failed = quantize_activations(x, x_stride, x_bf16, M, K, bits, group_size, threads, &a);
+    /* each row's centring a block: -8 * the sum of its q; the quantizer left each 4-byte
+     * unit of columns 0-15 holding its own sum and that of the unit 16 columns on */
+    int32_t *centre = failed ? NULL : malloc((size_t)(M * blocks) * sizeof *centre);
+    if (!failed && centre == NULL) failed = 2;
+    for (int64_t m = 0; !failed && m < M; m++)
+        for (int b = 0; b < blocks; b++) {
+            const int32_t *c = a.centre + m * (a.q_stride / 4);
+            int32_t total = 0;
+            for (int step = 0; step < 4; step++) total += c[q_at(4, b, 4 * step) / 4];
+            centre[m * blocks + b] = total;
+        }
+    const int64_t tiles = N / IL_ROWS;
+#pragma omp parallel for schedule(static) num_threads(threads) if (!failed)
+    for (int64_t n = 0; n < tiles; n++) {
+        if (failed) continue;
+        const uint8_t *tile_codes = codes + n * blocks * 256;
+        const uint16_t *tile_scale = scale + n * groups * 16;
+        const uint16_t *tile_offset = offset + n * groups * 16;
+        for (int64_t m0 = 0; m0 < M; m0 += IL_TILE_M) {
+            const int mt = M - m0 < IL_TILE_M ? (int)(M - m0) : IL_TILE_M;
+            __m512 acc[IL_TILE_M];
+#define IL(MT) il_tile(&a, centre, m0, MT, tile_codes, tile_scale, tile_offset, blocks, groups, \
+                       group_blocks, acc)
+            if (mt == 4) IL(4);
+            else if (mt == 3) IL(3);
+            else if (mt == 2) IL(2);
+            else IL(1);
+#undef IL
+            for (int m = 0; m < mt; m++) store16(out, x_bf16, (m0 + m) * N + n * IL_ROWS, acc[m]);
+        }
+    }
+    free(centre);
+    free(a.q);
+    return failed;
+#else
+    (void)x, (void)x_stride, (void)x_bf16, (void)M, (void)codes, (void)scale, (void)offset;
+    (void)N, (void)K, (void)bits, (void)group_size, (void)out, (void)threads;
+    return 1;
+#endif
+}
