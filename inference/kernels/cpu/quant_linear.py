@@ -57,6 +57,12 @@ INT8_MAX_ROWS: dict[Int8Path, int] = {"avx512-vnni": 32, "avx2": 32, "portable":
 MAX_INT8_KERNEL_ROWS = max(INT8_MAX_ROWS.values())
 # The weight rows quant_linear_q8_il.h puts side by side in one vector.
 INTERLEAVED_ROWS = 16
+# The most rows of x a weight bound interleaved multiplies with int8 activations: a decode
+# batch of 64 (CPU_GRAPH_MAX_BATCH). Its kernel beat dequantize-then-matmul 3x at 64 rows
+# and 2.2x at 128 on a Zen 4, SmolLM2's four layer shapes summed (docs/engine.md, "Zen 4
+# again"); past it the rows are a prompt's, which keep the float path, as past the file
+# layout's 32.
+INTERLEAVED_MAX_ROWS = 64
 _DTYPES = {torch.float32: 0, torch.bfloat16: 1}
 
 
@@ -102,13 +108,20 @@ class QuantLinearKernel:
         interleaved = interleave_q4(weight) if interleave and self.can_interleave(weight) else None
         return BoundWeight(weight, interleaved)
 
+    def int8_rows_for(self, weight: GroupQuantized) -> int:
+        """The most rows of x a layer holding ``weight`` multiplies with int8 activations:
+        `INTERLEAVED_MAX_ROWS` where it is bound interleaved, else `int8_max_rows`."""
+        return INTERLEAVED_MAX_ROWS if self.can_interleave(weight) else self.int8_max_rows
+
     def can_interleave(self, weight: GroupQuantized) -> bool:
         """Whether `matmul_bound`'s int8 path takes ``weight`` 16 rows interleaved
-        (quant_linear_q8_il.h): AVX512-VNNI, 4-bit codes, rows a multiple of 16."""
+        (quant_linear_q8_il.h): AVX512-VNNI, 4-bit codes, rows a multiple of 16 (and codes
+        that `interleave_q4` can read four bytes at a time)."""
         return (
             self.int8_path == "avx512-vnni"
             and weight.bits == 4
             and weight.rows % INTERLEAVED_ROWS == 0
+            and weight.codes.data_ptr() % 4 == 0
         )
 
     def matmul(self, x: torch.Tensor, weight: GroupQuantized) -> torch.Tensor | None:

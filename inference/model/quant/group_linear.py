@@ -6,8 +6,8 @@ multiply through the C kernel (inference/kernels/cpu/quant_linear.py), which wid
 block of codes in registers; with int8 activations asked for, the int8 kernel takes up to
 its build's `int8_max_rows` (32 with VNNI or AVX2: a batch of decode steps), over a copy of
 the weight 16 rows interleaved where VNNI runs that layout (4-bit codes, rows in whole
-tiles of 16; a second copy of the codes and scales, made when the layer is first bound).
-Past those rows
+tiles of 16; a second copy of the codes and scales, made when the layer is first bound),
+and then up to `INTERLEAVED_MAX_ROWS` (64). Past those rows
 (prefill chunks), and where no kernel is set (other devices, no compiler), the weight is
 dequantized for that call, whole in C or in slices of rows by torch, multiplied by torch,
 then dropped.
@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from inference.kernels.cpu.quant_linear import MAX_KERNEL_ROWS
+from inference.kernels.cpu.quant_linear import INTERLEAVED_MAX_ROWS, MAX_KERNEL_ROWS
 from inference.model.quant.group_lazy import AnyGroupQuantized, LazyGroupQuantized
 from inference.model.quant.group_math import GroupQuantized, code_bytes, dequantize
 
@@ -123,9 +123,12 @@ class GroupQuantWeights(nn.Module):
         x2 = x if flat else x.reshape(-1, x.shape[-1])
         kernel = self.kernels.quant if self.kernels is not None else None
         if kernel is not None:
-            y = None
-            int8 = self.int8_activations and x2.shape[0] <= kernel.int8_max_rows
-            if (int8 or x2.shape[0] < MAX_KERNEL_ROWS) and (bound := self._bound(kernel)):
+            y, int8, rows = None, False, x2.shape[0]
+            if self.int8_activations:  # interleaved weights take more rows (INTERLEAVED_MAX_ROWS)
+                bound = self._bound(kernel)
+                laid = bound is not None and bound.interleaved is not None
+                int8 = rows <= (INTERLEAVED_MAX_ROWS if laid else kernel.int8_max_rows)
+            if (int8 or rows < MAX_KERNEL_ROWS) and (bound := self._bound(kernel)):
                 y = kernel.matmul_bound(x2, bound, int8=int8)
             if y is not None:
                 return y if flat else y.reshape(*x.shape[:-1], -1)
@@ -212,7 +215,8 @@ class GroupQuantLinear(GroupQuantWeights):
         kernel = self.kernels.quant if self.kernels is not None else None
         if kernel is None:
             return 0
-        return max(MAX_KERNEL_ROWS - 1, kernel.int8_max_rows if self.int8_activations else 0)
+        int8_rows = kernel.int8_rows_for(self.packed) if self.int8_activations else 0
+        return max(MAX_KERNEL_ROWS - 1, int8_rows)
 
     def set_input_perm(self, perm: torch.Tensor) -> None:
         if tuple(perm.shape) != (self.in_features,):

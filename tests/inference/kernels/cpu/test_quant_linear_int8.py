@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 from inference.kernels.cpu.layers import load_layer_kernels
 from inference.kernels.cpu.quant_linear import (
+    INTERLEAVED_MAX_ROWS,
     INTERLEAVED_ROWS,
     MAX_KERNEL_ROWS,
     BoundWeight,
@@ -206,13 +207,15 @@ def test_layer_takes_int8_up_to_its_builds_limit() -> None:
     kernels = load_layer_kernels()
     assert kernels is not None and kernels.quant is not None
     quant = kernels.quant
-    limit = quant.int8_max_rows
-    if quant.int8_path == "avx512-vnni":
-        assert limit >= 32  # a batch of 32 decode steps
     layer = GroupQuantLinear(96, [40, 24], bits=4, group_size=32, bias=False,
                              dtype=torch.bfloat16, device="cpu")  # fmt: skip
     layer.fill_rows(slice(None), quantize_groups(torch.randn(64, 96), 4, 32), "w")
     layer.kernels = kernels
+    limit = quant.int8_rows_for(layer.packed)
+    if quant.int8_path == "avx512-vnni":  # 64 rows of 4-bit codes: bound interleaved
+        assert quant.int8_max_rows >= 32 and limit == INTERLEAVED_MAX_ROWS == 64
+    else:
+        assert limit == quant.int8_max_rows
     whole = quant.dequantize(layer.packed, torch.bfloat16)
     assert whole is not None
     x = torch.randn(limit + 1, 96).bfloat16()
@@ -287,3 +290,25 @@ def test_int8_interleaved_refusals(kernel: QuantLinearKernel) -> None:
         bound = kernel.bind(weight, interleave=True)
         assert bound is not None and bound.interleaved_arguments is None
         assert kernel.matmul_bound(x, BoundWeight(weight, weight), int8=True) is None
+
+
+def test_layer_not_interleaved_keeps_the_builds_int8_limit() -> None:
+    """A 4-bit layer whose rows are not whole tiles of 16 keeps the file's layout and its
+    build's `int8_max_rows`: one row more dequantizes."""
+    kernels = load_layer_kernels()
+    assert kernels is not None and kernels.quant is not None
+    quant = kernels.quant
+    layer = GroupQuantLinear(96, [40], bits=4, group_size=32, bias=False,
+                             dtype=torch.float32, device="cpu")  # fmt: skip
+    layer.fill_rows(slice(None), quantize_groups(torch.randn(40, 96), 4, 32), "w")
+    layer.kernels, layer.int8_activations = kernels, True
+    limit = quant.int8_rows_for(layer.packed)
+    assert limit == quant.int8_max_rows and layer.rows_in_place == max(MAX_KERNEL_ROWS - 1, limit)
+    whole = quant.dequantize(layer.packed, torch.float32)
+    assert whole is not None
+    x = torch.randn(limit + 1, 96)
+    if limit:
+        int8 = quant.matmul_int8(x[:limit], layer.packed)
+        assert int8 is not None and torch.equal(layer(x[:limit]), int8)
+    assert torch.equal(layer(x), F.linear(x, whole))
+    assert layer._bound_weight is None or layer._bound_weight.interleaved is None
