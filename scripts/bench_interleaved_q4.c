@@ -2,7 +2,9 @@
  * runs when the weights are stored 16 rows interleaved (each 32-bit lane of a vector one
  * weight row's 4 bytes of x's block), against the numbers bench_quant_stream.py gives the
  * engine's kernel (quant_linear_q8.c, which reads the file's row-major blocks: one row's
- * 32 columns a step, a horizontal reduction and per-row epilogue per tile).
+ * 32 columns a step, a horizontal reduction and per-row epilogue per tile). The prototype
+ * the engine's own interleaved kernel (quant_linear_q8_il.h, timed by bench_quant_stream.py
+ * --interleaved) was built from; kept to measure the layout alone on another processor.
  *
  * The arithmetic is the engine's int8 path: x quantized per block of 32 (scale amax / 127,
  * round to nearest even), integer dot products of the codes (0..15, unsigned) with it
