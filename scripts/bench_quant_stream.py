@@ -7,8 +7,8 @@ alone, repeated (`warm`), then 30 layers' distinct weights in a row (`layers`, 6
 4-bit codes and scales), the 8-bit tied vocabulary alone (`vocab`, 32 MB), and both in
 one run (`step`), each the best of ``--repeats``. ``--checkout`` times another checkout's
 kernels (an A/B in turns: run it once per checkout, alternated); ``--interleaved`` the int8
-path over the 4-bit layers laid out 16 rows interleaved (quant_linear_q8_il.h), as a layer
-with int8 activations binds them where VNNI runs it.
+path over the weights laid out 16 rows interleaved (quant_linear_q8_il.h), as a layer with
+int8 activations binds them where VNNI runs it.
 
     PYTHONPATH=. .venv/bin/python scripts/bench_quant_stream.py [--exact] [--avx2]
 """
@@ -40,7 +40,7 @@ def main() -> None:
     parser.add_argument(
         "--interleaved",
         action="store_true",
-        help="int8: the 4-bit layers 16 rows interleaved, as a layer takes them where it can",
+        help="int8: the weights 16 rows interleaved, as a layer takes them where it can",
     )
     args = parser.parse_args()
     sys.path.insert(0, str(args.checkout))
@@ -85,7 +85,7 @@ def main() -> None:
     warm = {name: best_us(_batched(replay_calls, [call(r, c)] * 200), 200) for name, r, c in SHAPES}
     layers = [call(r, c) for _ in range(LAYERS) for _, r, c in SHAPES]
     vocab = call(*VOCAB, bits=8)
-    laid = ", 4-bit layers interleaved" if args.interleaved else ""
+    laid = ", weights interleaved" if args.interleaved else ""
     report = {
         "cpu": cpu_model(),
         "kernel": ("exact " + kernel.path) if args.exact else f"int8 {kernel.int8_path}{laid}",

@@ -16,8 +16,8 @@ error is measured in docs/engine.md), so layers use it only where asked to. It q
 once a call and multiplies in register tiles of 4 rows of x by 2 weight rows, so one read
 of a weight row serves many rows of x: it beats dequantize-then-matmul up to
 `int8_max_rows` rows (with VNNI or AVX2 a batch of 32 decode steps), where the exact kernel
-stops below 16. With VNNI a 4-bit weight whose rows are whole tiles of 16 can also be bound
-interleaved (`bind(..., interleave=True)`, `interleave_q4`: 16 rows in a vector's lanes,
+stops below 16. With VNNI a weight whose rows are whole tiles of 16 can also be bound
+interleaved (`bind(..., interleave=True)`, `interleave_rows`: 16 rows in a vector's lanes,
 quant_linear_q8_il.h), the same sums 2-3x faster in cache and a decode batch's step up to
 2x faster; a layer with int8 activations binds so, keeping the file's layout beside it for
 its other paths.
@@ -105,8 +105,8 @@ class QuantLinearKernel:
         that layout's kernel runs (`can_interleave`), a copy of its codes and scales."""
         if not _contiguous(weight):
             return None
-        interleaved = interleave_q4(weight) if interleave and self.can_interleave(weight) else None
-        return BoundWeight(weight, interleaved)
+        laid = interleave_rows(weight) if interleave and self.can_interleave(weight) else None
+        return BoundWeight(weight, laid)
 
     def int8_rows_for(self, weight: GroupQuantized) -> int:
         """The most rows of x a layer holding ``weight`` multiplies with int8 activations:
@@ -115,11 +115,10 @@ class QuantLinearKernel:
 
     def can_interleave(self, weight: GroupQuantized) -> bool:
         """Whether `matmul_bound`'s int8 path takes ``weight`` 16 rows interleaved
-        (quant_linear_q8_il.h): AVX512-VNNI, 4-bit codes, rows a multiple of 16 (and codes
-        that `interleave_q4` can read four bytes at a time)."""
+        (quant_linear_q8_il.h): AVX512-VNNI, rows a multiple of 16 (and codes that
+        `interleave_rows` can read four bytes at a time)."""
         return (
             self.int8_path == "avx512-vnni"
-            and weight.bits == 4
             and weight.rows % INTERLEAVED_ROWS == 0
             and weight.codes.data_ptr() % 4 == 0
         )
@@ -208,9 +207,10 @@ def _arguments(weight: GroupQuantized) -> tuple[int, ...]:
     )
 
 
-def interleave_q4(weight: GroupQuantized) -> GroupQuantized:
-    """A 4-bit weight (rows a multiple of 16) laid out as quant_linear_q8_il.h reads it: for
-    each 16 rows, each block's 16 bytes as four 4-byte steps, a step's 16 rows side by side;
+def interleave_rows(weight: GroupQuantized) -> GroupQuantized:
+    """A weight (rows a multiple of 16) laid out as quant_linear_q8_il.h reads it: for each
+    16 rows, each block's bytes (16 for 4-bit codes, 32 for 8-bit) as 4-byte steps, a step's
+    16 rows side by side;
     the scales and offsets each group's 16 rows side by side. The same codes and values in
     another order (a `GroupQuantized` only as the kernels' carrier: its arrays' shapes are
     not the file layout's)."""

@@ -1,5 +1,5 @@
-/* quant_linear_q8_il: the int8 path (quant_linear_q8) over 4-bit weights laid out 16 rows
- * interleaved, so that a vector's 16 lanes are 16 weight rows. The arithmetic is
+/* quant_linear_q8_il: the int8 path (quant_linear_q8) over 4- and 8-bit weights laid out
+ * 16 rows interleaved, so that a vector's 16 lanes are 16 weight rows. The arithmetic is
  * quant_linear_q8's, x quantized by the same code; only the weight's layout and the order
  * of the float sums differ. Not a header of its own: quant_linear_q8.c includes it last
  * (build.py's cache key hashes it with the source that includes it).
@@ -7,14 +7,15 @@
  * The file's layout (one row's 32 columns a block, 16 bytes: byte i column i in its low
  * nibble, 16 + i in its high one) makes a one-row kernel reduce each row's lanes at the end
  * of a tile and pay a per-row epilogue; with the rows in the lanes a block of 32 columns is
- * four 64-byte loads, eight `vpdpbusd` and one epilogue for 16 rows at once, and no
- * reduction (docs/engine.md, "Zen 4 again"). The layout, made by quant_linear.py's
- * `interleave_q4` from the file's (a 4-byte transpose):
- *   codes  [N / 16][blocks][4][16] 32-bit lanes: lane r of step s is bytes 4s..4s+3 of row
- *          16n + r's block (columns 4s..4s+3 in the low nibbles, 16+4s..19+4s in the high)
+ * four 64-byte loads (4-bit; 8-bit eight), eight `vpdpbusd` and one epilogue for 16 rows, no
+ * horizontal reduction (docs/engine.md, "Zen 4 again"). The layout, made by quant_linear.py's
+ * `interleave_rows` from the file's (a 4-byte transpose):
+ *   codes  [N / 16][blocks][steps][16] 32-bit lanes: lane r of step s is bytes 4s..4s+3 of
+ *          row 16n + r's block (4-bit, 4 steps: columns 4s..4s+3 in the low nibbles,
+ *          16+4s..19+4s in the high; 8-bit, 8 steps: columns 4s..4s+3)
  *   scale, offset  [N / 16][groups][16] float16: row 16n + r's, lane r
- * Taken only with AVX512-VNNI, 4-bit codes and N a multiple of 16 (else 1, and the layer
- * keeps quant_linear_q8 over the file's layout). */
+ * Taken only with AVX512-VNNI and N a multiple of 16 (else 1, and the layer keeps
+ * quant_linear_q8 over the file's layout). */
 
 #if Q8_PATH == 2
 enum { IL_ROWS = 16, IL_TILE_M = 4 };
@@ -35,40 +36,54 @@ static inline void store16(void *out, int bf16, int64_t at, __m512 v) {
     _mm256_storeu_si256((__m256i *)((uint16_t *)out + at), _mm512_cvtepi32_epi16(top));
 }
 
-/* Rows m0 .. m0 + MT - 1 of x times one block of 16 weight rows: acc[m] their 16 sums. */
+/* Rows m0 .. m0 + MT - 1 of x times one block of 16 weight rows: acc[m] their 16 sums.
+ * BITS 4: a block's 16 bytes a row are 4 steps of 4 bytes, each lane's low nibbles columns
+ * 4s.. and high ones 16 + 4s..; BITS 8: its 32 bytes are 8 steps of 4 columns. */
 static inline __attribute__((always_inline)) void il_tile(
     const activations *a, const int32_t *centre, int64_t m0, int MT, const uint8_t *codes,
     const uint16_t *scale, const uint16_t *offset, int blocks, int groups, int group_blocks,
-    __m512 acc[IL_TILE_M]) {
+    int BITS, __m512 acc[IL_TILE_M]) {
     const __m512i low = _mm512_set1_epi8(0x0f);
-    const __m512 z = _mm512_set1_ps(8.0f);
+    const __m512 z = _mm512_set1_ps(BITS == 4 ? 8.0f : 128.0f);
+    const int steps = BITS == 4 ? 4 : 8, block_bytes = 16 * BLOCK * BITS / 8;
     for (int m = 0; m < MT; m++) acc[m] = _mm512_setzero_ps();
     for (int g = 0; g < groups; g++) {
         const __m512 s = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(scale + g * 16)));
         const __m512 o = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(offset + g * 16)));
         const int b_end = (g + 1) * group_blocks < blocks ? (g + 1) * group_blocks : blocks;
         for (int b = g * group_blocks; b < b_end; b++) {
-            const uint8_t *block = codes + (int64_t)b * 256;
-            for (int line = 0; line < 256; line += 64) /* 2 KiB on: see prefetch_rows.h */
+            const uint8_t *block = codes + (int64_t)b * block_bytes;
+            for (int line = 0; line < block_bytes; line += 64) /* 2 KiB on: prefetch_rows.h */
                 _mm_prefetch((const char *)(block + PREFETCH_BYTES + line), _MM_HINT_T0);
             __m512i dot[IL_TILE_M];
             for (int m = 0; m < MT; m++) dot[m] = _mm512_set1_epi32(centre[(m0 + m) * blocks + b]);
-            for (int step = 0; step < 4; step++) {
+            for (int step = 0; step < steps; step++) {
                 const __m512i v = _mm512_loadu_si512((const void *)(block + step * 64));
-                const __m512i lo = _mm512_and_si512(v, low);
-                const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
-                const int64_t at_lo = q_at(4, b, 4 * step), at_hi = q_at(4, b, 16 + 4 * step);
-                for (int m = 0; m < MT; m++) {
-                    const int8_t *q = a->q + (m0 + m) * a->q_stride;
-                    int32_t x_lo, x_hi;
-                    memcpy(&x_lo, q + at_lo, 4);
-                    memcpy(&x_hi, q + at_hi, 4);
-                    dot[m] = _mm512_dpbusd_epi32(dot[m], lo, _mm512_set1_epi32(x_lo));
-                    dot[m] = _mm512_dpbusd_epi32(dot[m], hi, _mm512_set1_epi32(x_hi));
+                if (BITS == 4) {
+                    const __m512i lo = _mm512_and_si512(v, low);
+                    const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+                    const int64_t at_lo = q_at(4, b, 4 * step), at_hi = q_at(4, b, 16 + 4 * step);
+                    for (int m = 0; m < MT; m++) {
+                        const int8_t *q = a->q + (m0 + m) * a->q_stride;
+                        int32_t x_lo, x_hi;
+                        memcpy(&x_lo, q + at_lo, 4);
+                        memcpy(&x_hi, q + at_hi, 4);
+                        dot[m] = _mm512_dpbusd_epi32(dot[m], lo, _mm512_set1_epi32(x_lo));
+                        dot[m] = _mm512_dpbusd_epi32(dot[m], hi, _mm512_set1_epi32(x_hi));
+                    }
+                } else {
+                    const int64_t at = q_at(8, b, 4 * step);
+                    for (int m = 0; m < MT; m++) {
+                        int32_t x4;
+                        memcpy(&x4, a->q + (m0 + m) * a->q_stride + at, 4);
+                        dot[m] = _mm512_dpbusd_epi32(dot[m], v, _mm512_set1_epi32(x4));
+                    }
                 }
             }
-            /* a->d, VNNI's 4-bit spread: block b's d in lanes 4 (b % 4) .. of step b / 4 */
-            const int64_t d_at = (int64_t)b / 4 * 16 + b % 4 * 4;
+            /* a->d as VNNI spreads it: 4-bit, block b's d in lanes 4 (b % 4) .. of step b / 4;
+             * 8-bit, in lanes 8 (b % 2) .. of step b / 2 */
+            const int64_t d_at = BITS == 4 ? (int64_t)b / 4 * 16 + b % 4 * 4
+                                           : (int64_t)b / 2 * 16 + b % 2 * 8;
             for (int m = 0; m < MT; m++) {
                 const __m512 d = _mm512_set1_ps(a->d[(m0 + m) * a->d_stride + d_at]);
                 acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[m]), _mm512_mul_ps(s, d), acc[m]);
@@ -87,40 +102,49 @@ int quant_linear_q8_il(const void *x, int64_t x_stride, int x_bf16, int64_t M,
                        const uint8_t *codes, const uint16_t *scale, const uint16_t *offset,
                        int64_t N, int K, int bits, int group_size, void *out, int threads) {
 #if Q8_PATH == 2
-    if (!(M > 0 && N > 0 && N % IL_ROWS == 0 && K > 0 && bits == 4 && group_size > 0 &&
-          group_size % BLOCK == 0))
+    if (!(M > 0 && N > 0 && N % IL_ROWS == 0 && K > 0 && (bits == 4 || bits == 8) &&
+          group_size > 0 && group_size % BLOCK == 0))
         return 1;
     const int blocks = (K + BLOCK - 1) / BLOCK, group_blocks = group_size / BLOCK;
     const int groups = (K + group_size - 1) / group_size;
     activations a;
     int failed = quantize_activations(x, x_stride, x_bf16, M, K, bits, group_size, threads, &a);
-    /* each row's centring a block: -8 * the sum of its q; the quantizer left each 4-byte
-     * unit of columns 0-15 holding its own sum and that of the unit 16 columns on */
+    /* each row's centring a block: -z * the sum of its q, from the quantizer's 4-byte sums
+     * (4-bit: each unit of columns 0-15 holds its own sum and that of the unit 16 columns
+     * on; 8-bit: the block's 8 units in column order) */
     int32_t *centre = failed ? NULL : malloc((size_t)(M * blocks) * sizeof *centre);
     if (!failed && centre == NULL) failed = 2;
     for (int64_t m = 0; !failed && m < M; m++)
         for (int b = 0; b < blocks; b++) {
             const int32_t *c = a.centre + m * (a.q_stride / 4);
             int32_t total = 0;
-            for (int step = 0; step < 4; step++) total += c[q_at(4, b, 4 * step) / 4];
+            for (int step = 0; step < (bits == 4 ? 4 : 8); step++)
+                total += c[q_at(bits, b, 4 * step) / 4];
             centre[m * blocks + b] = total;
         }
     const int64_t tiles = N / IL_ROWS;
 #pragma omp parallel for schedule(static) num_threads(threads) if (!failed)
     for (int64_t n = 0; n < tiles; n++) {
         if (failed) continue;
-        const uint8_t *tile_codes = codes + n * blocks * 256;
+        const uint8_t *tile_codes = codes + n * blocks * (16 * BLOCK * bits / 8);
         const uint16_t *tile_scale = scale + n * groups * 16;
         const uint16_t *tile_offset = offset + n * groups * 16;
         for (int64_t m0 = 0; m0 < M; m0 += IL_TILE_M) {
             const int mt = M - m0 < IL_TILE_M ? (int)(M - m0) : IL_TILE_M;
             __m512 acc[IL_TILE_M];
-#define IL(MT) il_tile(&a, centre, m0, MT, tile_codes, tile_scale, tile_offset, blocks, groups, \
-                       group_blocks, acc)
-            if (mt == 4) IL(4);
-            else if (mt == 3) IL(3);
-            else if (mt == 2) IL(2);
-            else IL(1);
+#define IL(MT, BITS) il_tile(&a, centre, m0, MT, tile_codes, tile_scale, tile_offset, blocks, \
+                             groups, group_blocks, BITS, acc)
+            if (bits == 4) {
+                if (mt == 4) IL(4, 4);
+                else if (mt == 3) IL(3, 4);
+                else if (mt == 2) IL(2, 4);
+                else IL(1, 4);
+            } else {
+                if (mt == 4) IL(4, 8);
+                else if (mt == 3) IL(3, 8);
+                else if (mt == 2) IL(2, 8);
+                else IL(1, 8);
+            }
 #undef IL
             for (int m = 0; m < mt; m++) store16(out, x_bf16, (m0 + m) * N + n * IL_ROWS, acc[m]);
         }

@@ -16,7 +16,7 @@ from inference.kernels.cpu.quant_linear import (
     MAX_KERNEL_ROWS,
     BoundWeight,
     QuantLinearKernel,
-    interleave_q4,
+    interleave_rows,
     load_quant_linear,
 )
 from inference.model.quant.group_linear import GroupQuantLinear
@@ -235,24 +235,25 @@ def test_layer_takes_int8_up_to_its_builds_limit() -> None:
     assert expected is not None and torch.equal(layer(few), expected)
 
 
+@pytest.mark.parametrize("bits", [4, 8])
 @pytest.mark.parametrize("group_size", [32, 64, 128])
 @pytest.mark.parametrize(("rows", "cols"), [(48, 33), (64, 608), (160, 1000)])
 def test_int8_interleaved_matches_its_arithmetic(
-    kernel: QuantLinearKernel, group_size: int, rows: int, cols: int
+    kernel: QuantLinearKernel, bits: int, group_size: int, rows: int, cols: int
 ) -> None:
     """The int8 path over the 16-row interleaved layout (quant_linear_q8_il.h), which a
-    layer with int8 activations takes where the build runs it (AVX512-VNNI, 4-bit codes,
-    rows a multiple of 16): the same arithmetic, tiles of 1-4 rows of x, K a partial block
-    (33, 1000) or an odd number of them (608 is 19)."""
-    torch.manual_seed(rows + cols + group_size)
-    weight = quantize_groups(torch.randn(rows, cols), 4, group_size)
+    layer with int8 activations takes where the build runs it (AVX512-VNNI, rows a multiple
+    of 16): the same arithmetic, tiles of 1-4 rows of x, K a partial block (33, 1000) or an
+    odd number of them (608 is 19), up to the 64 rows a layer gives it."""
+    torch.manual_seed(rows + cols + group_size + bits)
+    weight = quantize_groups(torch.randn(rows, cols), bits, group_size)
     bound = kernel.bind(weight, interleave=True)
     assert bound is not None
     if kernel.int8_path != "avx512-vnni":  # the other builds keep the file's layout
         assert not kernel.can_interleave(weight) and bound.interleaved_arguments is None
         return
     assert bound.interleaved_arguments is not None
-    for m in (*range(1, 10), 16, 17, 31, 32):
+    for m in (*range(1, 10), 16, 17, 31, 32, 63, 64):
         x = torch.randn(m, cols) * torch.rand(m, 1) * 4
         x[m // 2, : min(cols, 40)] = 0.0  # an all-zero block: d = 0
         assert_matches_reference(kernel.matmul_bound(x, bound, int8=True), x, weight)
@@ -260,13 +261,22 @@ def test_int8_interleaved_matches_its_arithmetic(
         assert_matches_reference(kernel.matmul_bound(xb, bound, int8=True), xb, weight)
 
 
-def test_interleave_q4_reorders_codes_and_scales() -> None:
+def test_interleave_reorders_8_bit_codes() -> None:
+    """8-bit codes: lane r of step s of a block is row 16t + r's columns 4s..4s+3."""
+    torch.manual_seed(4)
+    weight = quantize_groups(torch.randn(16, 64), 8, 32)
+    laid = interleave_rows(weight)
+    codes = weight.codes.reshape(INTERLEAVED_ROWS, 2, 8, 4)  # r, b, s, byte
+    assert torch.equal(laid.codes.reshape(2, 8, INTERLEAVED_ROWS, 4).permute(2, 0, 1, 3), codes)
+
+
+def test_interleave_reorders_codes_and_scales() -> None:
     """Lane r of step s of a block is bytes 4s..4s+3 of row 16t + r's block (columns 4s..4s+3
     in the low nibbles, 16 + 4s.. in the high ones); a group's scales and offsets are its 16
     rows side by side."""
     torch.manual_seed(3)
     weight = quantize_groups(torch.randn(32, 96), 4, 64)
-    laid = interleave_q4(weight)
+    laid = interleave_rows(weight)
     codes = unpack_codes(weight.codes, 4, 96).reshape(2, INTERLEAVED_ROWS, 3, 32)  # t, r, b, c
     steps = laid.codes.reshape(2, 3, 4, INTERLEAVED_ROWS, 4)  # t, b, s, r, byte
     low, high = steps & 15, steps >> 4
@@ -279,12 +289,12 @@ def test_interleave_q4_reorders_codes_and_scales() -> None:
 
 
 def test_int8_interleaved_refusals(kernel: QuantLinearKernel) -> None:
-    """Only 4-bit weights of whole 16-row tiles are interleaved; the kernel itself refuses
+    """Only weights of whole 16-row tiles are interleaved; the kernel itself refuses
     anything else it is handed (None, and no write), as it does on other builds."""
     x = torch.randn(2, 96)
     for weight in (
         quantize_groups(torch.randn(24, 96), 4, 32),  # 24 rows: not whole tiles
-        quantize_groups(torch.randn(32, 96), 8, 32),  # 8-bit codes
+        quantize_groups(torch.randn(40, 96), 8, 32),
     ):
         assert not kernel.can_interleave(weight)
         bound = kernel.bind(weight, interleave=True)
