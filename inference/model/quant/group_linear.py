@@ -124,11 +124,12 @@ class GroupQuantWeights(nn.Module):
         kernel = self.kernels.quant if self.kernels is not None else None
         if kernel is not None:
             y, int8, rows = None, False, x2.shape[0]
-            if self.int8_activations:  # interleaved weights take more rows (INTERLEAVED_MAX_ROWS)
-                bound = self._bound(kernel)
-                laid = bound is not None and bound.interleaved is not None
+            int8_asked = self.int8_activations
+            bound = self._bound(kernel) if int8_asked or rows < MAX_KERNEL_ROWS else None
+            if int8_asked and bound is not None:  # interleaved weights take more rows
+                laid = bound.interleaved is not None
                 int8 = rows <= (INTERLEAVED_MAX_ROWS if laid else kernel.int8_max_rows)
-            if (int8 or rows < MAX_KERNEL_ROWS) and (bound := self._bound(kernel)):
+            if bound is not None and (int8 or rows < MAX_KERNEL_ROWS):
                 y = kernel.matmul_bound(x2, bound, int8=int8)
             if y is not None:
                 return y if flat else y.reshape(*x.shape[:-1], -1)
