@@ -3,12 +3,13 @@
 At one row of x (a decode step): the exact kernel as built for this processor (AVX-512
 where present) and forced to AVX2, the int8-activation kernel, and torch's bf16
 `F.linear` over a float weight of the same shape. Then a sweep over the rows of x (a
-decode batch) on every shape: the exact kernel, the int8 kernel as built here and forced
-to AVX2, the layer's fallback (dequantize once in C, one torch matmul, bf16 and float32)
-and bf16 `F.linear` on a bf16 weight (what a bf16 model runs): where the fallback
-overtakes each kernel is what `MAX_KERNEL_ROWS` and `int8_max_rows` should be. Each time
-is the best of ``--repeats`` runs of ``--calls`` calls, the paths taking turns so that a
-busy neighbour hurts them alike.
+decode batch) on every shape: the exact kernel, the int8 kernel as built here (over the
+file's layout and, where it runs, 16 rows interleaved) and forced to AVX2, the layer's
+fallback (dequantize once in C, one torch matmul, bf16 and float32) and bf16 `F.linear`
+on a bf16 weight (what a bf16 model runs): where the fallback overtakes each kernel is
+what `MAX_KERNEL_ROWS` and `int8_max_rows` should be. Each time is the best of
+``--repeats`` runs of ``--calls`` calls, the paths taking turns so that a busy neighbour
+hurts them alike.
 
     PYTHONPATH=. .venv/bin/python scripts/bench_quant_linear.py --threads 2
 """
@@ -76,9 +77,16 @@ def sweep_paths(
             raise SystemExit("the kernel did not dequantize the weight")
         return F.linear(x.to(dtype), whole)
 
+    interleaved = native.bind(weight, interleave=True) if native.can_interleave(weight) else None
+    laid: Timed = {}
+    if interleaved is not None:  # bound once, as a layer binds it: the copy is not timed
+        laid[f"int8 {native.int8_path} interleaved"] = lambda: native.matmul_bound(
+            x, interleaved, int8=True
+        )
     return {
         "exact": lambda: native.matmul(x, weight),
         f"int8 {native.int8_path}": lambda: native.matmul_int8(x, weight),
+        **laid,
         f"int8 {avx2.int8_path} (forced)": lambda: avx2.matmul_int8(x, weight),
         "dequantize+matmul bf16": lambda: dequantized(torch.bfloat16),
         "dequantize+matmul f32": lambda: dequantized(torch.float32),

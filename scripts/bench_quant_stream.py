@@ -45,7 +45,7 @@ def main() -> None:
     args = parser.parse_args()
     sys.path.insert(0, str(args.checkout))
     from inference.bench.machine import cpu_model
-    from inference.kernels.cpu.quant_linear import load_quant_linear
+    from inference.kernels.cpu.quant_linear import INTERLEAVED_PATHS, load_quant_linear
     from inference.kernels.cpu.recording import _batched, _replay_library
     from inference.model.quant.group_math import quantize_groups
 
@@ -58,8 +58,8 @@ def main() -> None:
     function = library.quant_linear if args.exact else library.quant_linear_q8
     function = getattr(function, "__wrapped__", function)  # the raw ctypes function
     interleaved = getattr(getattr(library, "quant_linear_q8_il", None), "__wrapped__", None)
-    if args.interleaved and (args.exact or kernel.int8_path != "avx512-vnni"):
-        raise SystemExit("--interleaved: the int8 path with AVX512-VNNI only")
+    if args.interleaved and (args.exact or kernel.int8_path not in INTERLEAVED_PATHS):
+        raise SystemExit("--interleaved: the int8 path with AVX512-VNNI or AVX2 only")
     alive: list[object] = []
 
     def call(rows: int, cols: int, bits: int = 4) -> tuple[Any, tuple[Any, ...]]:

@@ -16,11 +16,11 @@ error is measured in docs/engine.md), so layers use it only where asked to. It q
 once a call and multiplies in register tiles of 4 rows of x by 2 weight rows, so one read
 of a weight row serves many rows of x: it beats dequantize-then-matmul up to
 `int8_max_rows` rows (with VNNI or AVX2 a batch of 32 decode steps), where the exact kernel
-stops below 16. With VNNI a weight whose rows are whole tiles of 16 can also be bound
-interleaved (`bind(..., interleave=True)`, `interleave_rows`: 16 rows in a vector's lanes,
-quant_linear_q8_il.h), the same sums 2-3x faster in cache and a decode batch's step up to
-2x faster; a layer with int8 activations binds so, keeping the file's layout beside it for
-its other paths.
+stops below 16. With VNNI or AVX2 a weight whose rows are whole tiles of 16 can also be
+bound interleaved (`bind(..., interleave=True)`, `interleave_rows`: 16 rows in a vector's
+lanes, AVX2's two vectors, quant_linear_q8_il.h), the same sums 1.2-3x faster in cache and
+a decode batch's step up to 2x faster; a layer with int8 activations binds so, keeping the
+file's layout beside it for its other paths.
 """
 
 from __future__ import annotations
@@ -55,13 +55,16 @@ MAX_KERNEL_ROWS = 16
 # pair of blocks a step"). Plain C keeps the limit it had (below 16).
 INT8_MAX_ROWS: dict[Int8Path, int] = {"avx512-vnni": 32, "avx2": 32, "portable": 15}
 MAX_INT8_KERNEL_ROWS = max(INT8_MAX_ROWS.values())
-# The weight rows quant_linear_q8_il.h puts side by side in one vector.
+# The weight rows quant_linear_q8_il.h puts side by side in one vector (AVX2: in two).
 INTERLEAVED_ROWS = 16
+# The int8 builds with a kernel over that layout.
+INTERLEAVED_PATHS: tuple[Int8Path, ...] = ("avx512-vnni", "avx2")
 # The most rows of x a weight bound interleaved multiplies with int8 activations: a decode
 # batch of 64 (CPU_GRAPH_MAX_BATCH). Its kernel beat dequantize-then-matmul 3x at 64 rows
-# and 2.2x at 128 on a Zen 4, SmolLM2's four layer shapes summed (docs/engine.md, "Zen 4
-# again"); past it the rows are a prompt's, which keep the float path, as past the file
-# layout's 32.
+# and 2.2x at 128 on a Zen 4 (VNNI), 2.3x and 1.8x on a Zen 3 (AVX2, against float32),
+# SmolLM2's four layer shapes summed (docs/engine.md, "Zen 4 again", "AVX2: 16 rows
+# interleaved too"); past it the rows are a prompt's, which keep the float path, as past
+# the file layout's 32.
 INTERLEAVED_MAX_ROWS = 64
 _DTYPES = {torch.float32: 0, torch.bfloat16: 1}
 
@@ -115,10 +118,10 @@ class QuantLinearKernel:
 
     def can_interleave(self, weight: GroupQuantized) -> bool:
         """Whether `matmul_bound`'s int8 path takes ``weight`` 16 rows interleaved
-        (quant_linear_q8_il.h): AVX512-VNNI, rows a multiple of 16 (and codes that
+        (quant_linear_q8_il.h): AVX512-VNNI or AVX2, rows a multiple of 16 (and codes that
         `interleave_rows` can read four bytes at a time)."""
         return (
-            self.int8_path == "avx512-vnni"
+            self.int8_path in INTERLEAVED_PATHS
             and weight.rows % INTERLEAVED_ROWS == 0
             and weight.codes.data_ptr() % 4 == 0
         )

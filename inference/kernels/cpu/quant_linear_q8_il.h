@@ -14,8 +14,11 @@
  *          row 16n + r's block (4-bit, 4 steps: columns 4s..4s+3 in the low nibbles,
  *          16+4s..19+4s in the high; 8-bit, 8 steps: columns 4s..4s+3)
  *   scale, offset  [N / 16][groups][16] float16: row 16n + r's, lane r
- * Taken only with AVX512-VNNI and N a multiple of 16 (else 1, and the layer keeps
- * quant_linear_q8 over the file's layout). */
+ * AVX512-VNNI multiplies a step's 16 rows in one vector; AVX2 (Q8_PATH 1) takes the same
+ * layout as two halves of 8 rows (a 32-byte half of each 64-byte step), one half after the
+ * other over the tile's blocks, its 8 lanes the half's rows: `vpmaddubsw` and `vpmaddwd`
+ * for `vpdpbusd` (docs/engine.md, "AVX2: 16 rows interleaved too"). Taken with either and
+ * N a multiple of 16 (else 1, and the layer keeps quant_linear_q8 over the file's layout). */
 
 #if Q8_PATH == 2
 enum { IL_ROWS = 16, IL_TILE_M = 4 };
@@ -96,12 +99,192 @@ static inline __attribute__((always_inline)) void il_tile(
                                      acc[m]);
     }
 }
+/* Rows m0 .. m0 + mt - 1 (mt <= IL_TILE_M) of x times a block of 16 weight rows, stored
+ * from out[at] (row stride N). */
+static void il_rows(const activations *a, const int32_t *centre, int64_t m0, int mt,
+                    const uint8_t *codes, const uint16_t *scale, const uint16_t *offset,
+                    int blocks, int groups, int group_blocks, int bits, void *out, int bf16,
+                    int64_t at, int64_t N) {
+    __m512 acc[IL_TILE_M];
+#define IL(MT, BITS) il_tile(a, centre, m0, MT, codes, scale, offset, blocks, groups, \
+                             group_blocks, BITS, acc)
+    if (bits == 4) {
+        if (mt == 4) IL(4, 4);
+        else if (mt == 3) IL(3, 4);
+        else if (mt == 2) IL(2, 4);
+        else IL(1, 4);
+    } else {
+        if (mt == 4) IL(4, 8);
+        else if (mt == 3) IL(3, 8);
+        else if (mt == 2) IL(2, 8);
+        else IL(1, 8);
+    }
+#undef IL
+    for (int m = 0; m < mt; m++) store16(out, bf16, at + m * N, acc[m]);
+}
+#elif Q8_PATH == 1
+enum { IL_ROWS = 16, IL_TILE_M = 4, IL_HALF = 8 };
+
+/* 8 sums to out[at ..], as `store` rounds them (bfloat16: to nearest even, NaN quiet). */
+static inline void store8(void *out, int bf16, int64_t at, __m256 v) {
+    if (!bf16) {
+        _mm256_storeu_ps((float *)out + at, v);
+        return;
+    }
+    const __m256i bits = _mm256_castps_si256(v);
+    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+    const __m256i rounded = _mm256_add_epi32(bits, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7fff)));
+    const __m256i nan = _mm256_or_si256(bits, _mm256_set1_epi32(0x400000));
+    const __m256i is_nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    const __m256i top = _mm256_srli_epi32(_mm256_blendv_epi8(rounded, nan, is_nan), 16);
+    const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(top),
+                                            _mm256_extracti128_si256(top, 1));
+    _mm_storeu_si128((__m128i *)((uint16_t *)out + at), packed);
+}
+
+/* Rows m0 .. m0 + MT - 1 of x times HALVES halves (from rows 8 * half on) of a block of 16
+ * weight rows: acc[m][h] their sums, 8 a half. 4-bit: each lane's 4 bytes are 8 codes,
+ * their low nibbles times 4 bytes of q and their high ones times 4 more (`vpmaddubsw`:
+ * pairs of products in 16 bits, at most 2 * 15 * 127 each), a block's 8 such pair sums
+ * added in 16 bits (at most 30,480: no overflow), then widened by `vpmaddwd` and centred.
+ * 8-bit: each code less 128 is signed and multiplies as |w| times q with w's sign
+ * (quant_linear_q8's AVX2 trick, a pair sum at most 2 * 128 * 127), widened at each step;
+ * that is the centred dot. */
+static inline __attribute__((always_inline)) void il_tile(
+    const activations *a, const int32_t *centre, int64_t m0, int MT, const uint8_t *codes,
+    const uint16_t *scale, const uint16_t *offset, int blocks, int groups, int group_blocks,
+    int BITS, int half, int HALVES, __m256 acc[IL_TILE_M][2]) {
+    const __m256i low = _mm256_set1_epi8(0x0f), flip = _mm256_set1_epi8((char)0x80);
+    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256 z = _mm256_set1_ps(BITS == 4 ? 8.0f : 128.0f);
+    const int steps = BITS == 4 ? 4 : 8, block_bytes = 16 * BLOCK * BITS / 8;
+    for (int m = 0; m < MT; m++)
+        for (int h = 0; h < HALVES; h++) acc[m][h] = _mm256_setzero_ps();
+    for (int g = 0; g < groups; g++) {
+        __m256 s[2], o[2];
+        for (int h = 0; h < HALVES; h++) {
+            const int64_t at = g * 16 + (half + h) * IL_HALF;
+            s[h] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(scale + at)));
+            o[h] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(offset + at)));
+        }
+        const int b_end = (g + 1) * group_blocks < blocks ? (g + 1) * group_blocks : blocks;
+        for (int b = g * group_blocks; b < b_end; b++) {
+            const uint8_t *block = codes + (int64_t)b * block_bytes;
+            for (int line = 0; half == 0 && line < block_bytes; line += 64) /* 2 KiB on */
+                _mm_prefetch((const char *)(block + PREFETCH_BYTES + line), _MM_HINT_T0);
+            __m256i dot[IL_TILE_M][2];
+            if (BITS == 4) {
+                __m256i pairs[IL_TILE_M][2];
+                for (int m = 0; m < MT; m++)
+                    for (int h = 0; h < HALVES; h++) pairs[m][h] = _mm256_setzero_si256();
+                for (int step = 0; step < 4; step++) {
+                    __m256i lo[2], hi[2];
+                    for (int h = 0; h < HALVES; h++) {
+                        const __m256i v = _mm256_loadu_si256(
+                            (const __m256i *)(block + step * 64 + (half + h) * 32));
+                        lo[h] = _mm256_and_si256(v, low);
+                        hi[h] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+                    }
+                    const int64_t at_lo = q_at(4, b, 4 * step), at_hi = q_at(4, b, 16 + 4 * step);
+                    for (int m = 0; m < MT; m++) {
+                        const int8_t *q = a->q + (m0 + m) * a->q_stride;
+                        int32_t x_lo, x_hi;
+                        memcpy(&x_lo, q + at_lo, 4);
+                        memcpy(&x_hi, q + at_hi, 4);
+                        const __m256i q_lo = _mm256_set1_epi32(x_lo), q_hi = _mm256_set1_epi32(x_hi);
+                        for (int h = 0; h < HALVES; h++)
+                            pairs[m][h] = _mm256_add_epi16(
+                                pairs[m][h], _mm256_add_epi16(_mm256_maddubs_epi16(lo[h], q_lo),
+                                                              _mm256_maddubs_epi16(hi[h], q_hi)));
+                    }
+                }
+                for (int m = 0; m < MT; m++) {
+                    const __m256i c = _mm256_set1_epi32(centre[(m0 + m) * blocks + b]);
+                    for (int h = 0; h < HALVES; h++)
+                        dot[m][h] = _mm256_add_epi32(_mm256_madd_epi16(pairs[m][h], ones), c);
+                }
+            } else {
+                for (int m = 0; m < MT; m++)
+                    for (int h = 0; h < HALVES; h++) dot[m][h] = _mm256_setzero_si256();
+                for (int step = 0; step < steps; step++) {
+                    __m256i w[2], magnitude[2];
+                    for (int h = 0; h < HALVES; h++) {
+                        w[h] = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(
+                                                    block + step * 64 + (half + h) * 32)),
+                                                flip);
+                        magnitude[h] = _mm256_abs_epi8(w[h]);
+                    }
+                    const int64_t at = q_at(8, b, 4 * step);
+                    for (int m = 0; m < MT; m++) {
+                        int32_t x4;
+                        memcpy(&x4, a->q + (m0 + m) * a->q_stride + at, 4);
+                        const __m256i x = _mm256_set1_epi32(x4);
+                        for (int h = 0; h < HALVES; h++)
+                            dot[m][h] = _mm256_add_epi32(
+                                dot[m][h],
+                                _mm256_madd_epi16(_mm256_maddubs_epi16(
+                                                      magnitude[h], _mm256_sign_epi8(x, w[h])),
+                                                  ones));
+                    }
+                }
+            }
+            /* a->d as AVX2 spreads it (put): block b's d in lanes 4 (b % 2) .. (4-bit) or
+             * 2 (b % 2) .. (8-bit) of pair b / 2 */
+            const int64_t d_at = (int64_t)b / 2 * 8 + b % 2 * (BITS == 4 ? 4 : 2);
+            for (int m = 0; m < MT; m++) {
+                const __m256 d = _mm256_set1_ps(a->d[(m0 + m) * a->d_stride + d_at]);
+                for (int h = 0; h < HALVES; h++)
+                    acc[m][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[m][h]),
+                                                _mm256_mul_ps(s[h], d), acc[m][h]);
+            }
+        }
+        /* the offsets, with the centring's z * scale, times x's float sum over the group */
+        for (int h = 0; h < HALVES; h++) {
+            const __m256 oz = _mm256_fmadd_ps(s[h], z, o[h]);
+            for (int m = 0; m < MT; m++)
+                acc[m][h] = _mm256_fmadd_ps(
+                    oz, _mm256_set1_ps(a->sum[(m0 + m) * a->sum_stride + g]), acc[m][h]);
+        }
+    }
+}
+
+/* As the VNNI path's il_rows: one row of x takes both halves of the 16 rows in one pass
+ * (each step's 64 bytes, q read once for both), more rows one half after the other (the
+ * tile's registers would not hold both halves' sums). */
+static void il_rows(const activations *a, const int32_t *centre, int64_t m0, int mt,
+                    const uint8_t *codes, const uint16_t *scale, const uint16_t *offset,
+                    int blocks, int groups, int group_blocks, int bits, void *out, int bf16,
+                    int64_t at, int64_t N) {
+    __m256 acc[IL_TILE_M][2];
+#define IL(MT, BITS, HALF, HALVES) il_tile(a, centre, m0, MT, codes, scale, offset, blocks, \
+                                           groups, group_blocks, BITS, HALF, HALVES, acc)
+    if (mt == 1) {
+        if (bits == 4) IL(1, 4, 0, 2);
+        else IL(1, 8, 0, 2);
+        store8(out, bf16, at, acc[0][0]);
+        store8(out, bf16, at + IL_HALF, acc[0][1]);
+        return;
+    }
+    for (int half = 0; half < 2; half++) {
+        if (bits == 4) {
+            if (mt == 4) IL(4, 4, half, 1);
+            else if (mt == 3) IL(3, 4, half, 1);
+            else IL(2, 4, half, 1);
+        } else {
+            if (mt == 4) IL(4, 8, half, 1);
+            else if (mt == 3) IL(3, 8, half, 1);
+            else IL(2, 8, half, 1);
+        }
+        for (int m = 0; m < mt; m++) store8(out, bf16, at + m * N + half * IL_HALF, acc[m][0]);
+    }
+#undef IL
+}
 #endif
 
 int quant_linear_q8_il(const void *x, int64_t x_stride, int x_bf16, int64_t M,
                        const uint8_t *codes, const uint16_t *scale, const uint16_t *offset,
                        int64_t N, int K, int bits, int group_size, void *out, int threads) {
-#if Q8_PATH == 2
+#if Q8_PATH
     if (!(M > 0 && N > 0 && N % IL_ROWS == 0 && K > 0 && (bits == 4 || bits == 8) &&
           group_size > 0 && group_size % BLOCK == 0))
         return 1;
@@ -131,22 +314,8 @@ int quant_linear_q8_il(const void *x, int64_t x_stride, int x_bf16, int64_t M,
         const uint16_t *tile_offset = offset + n * groups * 16;
         for (int64_t m0 = 0; m0 < M; m0 += IL_TILE_M) {
             const int mt = M - m0 < IL_TILE_M ? (int)(M - m0) : IL_TILE_M;
-            __m512 acc[IL_TILE_M];
-#define IL(MT, BITS) il_tile(&a, centre, m0, MT, tile_codes, tile_scale, tile_offset, blocks, \
-                             groups, group_blocks, BITS, acc)
-            if (bits == 4) {
-                if (mt == 4) IL(4, 4);
-                else if (mt == 3) IL(3, 4);
-                else if (mt == 2) IL(2, 4);
-                else IL(1, 4);
-            } else {
-                if (mt == 4) IL(4, 8);
-                else if (mt == 3) IL(3, 8);
-                else if (mt == 2) IL(2, 8);
-                else IL(1, 8);
-            }
-#undef IL
-            for (int m = 0; m < mt; m++) store16(out, x_bf16, (m0 + m) * N + n * IL_ROWS, acc[m]);
+            il_rows(&a, centre, m0, mt, tile_codes, tile_scale, tile_offset, blocks, groups,
+                    group_blocks, bits, out, x_bf16, m0 * N + n * IL_ROWS, N);
         }
     }
     free(centre);

@@ -5,7 +5,7 @@ A layer never holds a float copy of its weight. On the CPU a decode step's few r
 multiply through the C kernel (inference/kernels/cpu/quant_linear.py), which widens each
 block of codes in registers; with int8 activations asked for, the int8 kernel takes up to
 its build's `int8_max_rows` (32 with VNNI or AVX2: a batch of decode steps), over a copy of
-the weight 16 rows interleaved where VNNI runs that layout (rows in whole
+the weight 16 rows interleaved where VNNI or AVX2 runs that layout (rows in whole
 tiles of 16; a second copy of the codes and scales, made when the layer is first bound),
 and then up to `INTERLEAVED_MAX_ROWS` (64). Past those rows
 (prefill chunks), and where no kernel is set (other devices, no compiler), the weight is

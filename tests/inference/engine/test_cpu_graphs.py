@@ -80,7 +80,7 @@ def test_replayed_decode_steps_give_the_eager_tokens_and_logprobs(
     )
     assert graphs == eager  # the same kernels on the same inputs: bitwise the same
     # Sizes up to the rows the kept layers multiply in place: 15, or the int8 kernel's 16
-    # (AVX2) or 32 (VNNI), 64 where every layer is bound interleaved (VNNI, whole tiles of
+    # (AVX2) or 32 (VNNI), 64 where every layer is bound interleaved (VNNI or AVX2, whole tiles of
     # 16 rows); past them a layer copies its weight per call.
     in_place = runner.model.rows_in_place()
     assert (in_place in (15, 16, 32, 64)) if int8 else (in_place == MAX_KERNEL_ROWS - 1)

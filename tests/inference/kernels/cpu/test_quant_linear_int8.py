@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from inference.kernels.cpu.layers import load_layer_kernels
 from inference.kernels.cpu.quant_linear import (
     INTERLEAVED_MAX_ROWS,
+    INTERLEAVED_PATHS,
     INTERLEAVED_ROWS,
     MAX_KERNEL_ROWS,
     BoundWeight,
@@ -193,9 +194,9 @@ def test_layer_uses_int8_only_when_asked() -> None:
     int8 = kernels.quant.matmul_int8(x, layer.packed, interleave=True)
     assert int8 is not None and torch.equal(layer(x), int8)
     assert not torch.equal(int8, exact)  # a different arithmetic, so the switch is seen
-    bound = layer._bound_weight  # 64 rows of 4-bit codes: interleaved where VNNI runs it
+    bound = layer._bound_weight  # 64 rows of 4-bit codes: interleaved where VNNI or AVX2 runs
     assert bound is not None
-    assert (bound.interleaved is not None) == (kernels.quant.int8_path == "avx512-vnni")
+    assert (bound.interleaved is not None) == (kernels.quant.int8_path in INTERLEAVED_PATHS)
     layer.int8_activations = False  # switched back: exact again, off the file's layout
     assert torch.equal(layer(x), exact) and layer._bound_weight.interleaved is None
 
@@ -212,7 +213,7 @@ def test_layer_takes_int8_up_to_its_builds_limit() -> None:
     layer.fill_rows(slice(None), quantize_groups(torch.randn(64, 96), 4, 32), "w")
     layer.kernels = kernels
     limit = quant.int8_rows_for(layer.packed)
-    if quant.int8_path == "avx512-vnni":  # 64 rows of 4-bit codes: bound interleaved
+    if quant.int8_path in INTERLEAVED_PATHS:  # 64 rows of 4-bit codes: bound interleaved
         assert quant.int8_max_rows >= 32 and limit == INTERLEAVED_MAX_ROWS == 64
     else:
         assert limit == quant.int8_max_rows
@@ -242,14 +243,14 @@ def test_int8_interleaved_matches_its_arithmetic(
     kernel: QuantLinearKernel, bits: int, group_size: int, rows: int, cols: int
 ) -> None:
     """The int8 path over the 16-row interleaved layout (quant_linear_q8_il.h), which a
-    layer with int8 activations takes where the build runs it (AVX512-VNNI, rows a multiple
-    of 16): the same arithmetic, tiles of 1-4 rows of x, K a partial block (33, 1000) or an
-    odd number of them (608 is 19), up to the 64 rows a layer gives it."""
+    layer with int8 activations takes where the build runs it (AVX512-VNNI or AVX2, rows a
+    multiple of 16): the same arithmetic, tiles of 1-4 rows of x, K a partial block (33,
+    1000) or an odd number of them (608 is 19), up to the 64 rows a layer gives it."""
     torch.manual_seed(rows + cols + group_size + bits)
     weight = quantize_groups(torch.randn(rows, cols), bits, group_size)
     bound = kernel.bind(weight, interleave=True)
     assert bound is not None
-    if kernel.int8_path != "avx512-vnni":  # the other builds keep the file's layout
+    if kernel.int8_path not in INTERLEAVED_PATHS:  # plain C keeps the file's layout
         assert not kernel.can_interleave(weight) and bound.interleaved_arguments is None
         return
     assert bound.interleaved_arguments is not None
