@@ -20,6 +20,21 @@
  * for `vpdpbusd` (docs/engine.md, "AVX2: 16 rows interleaved too"). Taken with either and
  * N a multiple of 16 (else 1, and the layer keeps quant_linear_q8 over the file's layout). */
 
+/* Rows of x a work item of the call takes (a multiple of IL_TILE_M). */
+enum { IL_CHUNK = 64 };
+
+#if Q8_PATH
+/* Row m's centring for block b: -z * the sum of its q, from the quantizer's 4-byte sums
+ * (4-bit: each unit of columns 0-15 holds its own sum and that of the unit 16 columns on;
+ * 8-bit: the block's 8 units in column order). */
+static int32_t il_centre(const activations *a, int64_t m, int b, int bits) {
+    const int32_t *c = a->centre + m * (a->q_stride / 4);
+    int32_t total = 0;
+    for (int step = 0; step < (bits == 4 ? 4 : 8); step++) total += c[q_at(bits, b, 4 * step) / 4];
+    return total;
+}
+#endif
+
 #if Q8_PATH == 2
 enum { IL_ROWS = 16, IL_TILE_M = 4 };
 
@@ -142,122 +157,171 @@ static inline void store8(void *out, int bf16, int64_t at, __m256 v) {
     _mm_storeu_si128((__m128i *)((uint16_t *)out + at), packed);
 }
 
-/* Rows m0 .. m0 + MT - 1 of x times HALVES halves (from rows 8 * half on) of a block of 16
- * weight rows: acc[m][h] their sums, 8 a half. 4-bit: each lane's 4 bytes are 8 codes,
- * their low nibbles times 4 bytes of q and their high ones times 4 more (`vpmaddubsw`:
- * pairs of products in 16 bits, at most 2 * 15 * 127 each), a block's 8 such pair sums
- * added in 16 bits (at most 30,480: no overflow), then widened by `vpmaddwd` and centred.
- * 8-bit: each code less 128 is signed and multiplies as |w| times q with w's sign
- * (quant_linear_q8's AVX2 trick, a pair sum at most 2 * 128 * 127), widened at each step;
- * that is the centred dot. */
+/* x as the tiles read it, packed once a call: for each 4 rows of x (a tile's), block by
+ * block, each row's 32 bytes of q in column order, then the 4 rows' d and centring a block
+ * and float sums a group. One pointer a kind then serves all of a tile's rows; read from
+ * `activations` by row strides the tile's addresses took more registers than x86 has, and
+ * the spills cost about as much as the arithmetic (docs/engine.md, "AVX2: x packed"). */
+typedef struct {
+    int8_t *q;      /* [tiles][blocks][IL_TILE_M][BLOCK] */
+    float *d;       /* [tiles][blocks][IL_TILE_M] */
+    int32_t *c;     /* [tiles][blocks][IL_TILE_M] */
+    float *sum;     /* [tiles][groups][IL_TILE_M] */
+} il_panel;
+
+/* Tile t of the panel (rows 4t .. 4t + 3 of x; rows past M zero). */
+static void il_pack(const activations *a, int64_t M, int blocks, int groups, int bits, int64_t t,
+                    il_panel *p) {
+    for (int r = 0; r < IL_TILE_M; r++) {
+        const int64_t m = t * IL_TILE_M + r;
+        for (int b = 0; b < blocks; b++) {
+            const int64_t at = (t * blocks + b) * IL_TILE_M + r;
+            int8_t *q = p->q + at * BLOCK;
+            if (m >= M) {
+                memset(q, 0, BLOCK);
+                p->d[at] = 0.0f;
+                p->c[at] = 0;
+                continue;
+            }
+            const int8_t *row = a->q + m * a->q_stride;
+            memcpy(q, row + q_at(bits, b, 0), BLOCK / 2);
+            memcpy(q + BLOCK / 2, row + q_at(bits, b, BLOCK / 2), BLOCK / 2);
+            /* a->d as AVX2 spreads it (put): block b's d in lanes 4 (b % 2) .. (4-bit) or
+             * 2 (b % 2) .. (8-bit) of pair b / 2 */
+            p->d[at] = a->d[m * a->d_stride + b / 2 * 8 + b % 2 * (bits == 4 ? 4 : 2)];
+            p->c[at] = il_centre(a, m, b, bits);
+        }
+        for (int g = 0; g < groups; g++)
+            p->sum[(t * groups + g) * IL_TILE_M + r] = m < M ? a->sum[m * a->sum_stride + g] : 0.0f;
+    }
+}
+
+/* Rows 4t .. 4t + MT - 1 of x (tile t of the panel) times HALVES halves (from rows
+ * 8 * half on) of a block of 16 weight rows: acc[m][h] their sums, 8 a half. 4-bit: each
+ * lane's 4 bytes are 8 codes, their low nibbles times 4 bytes of q and their high ones
+ * times 4 more (`vpmaddubsw`: pairs of products in 16 bits, at most 2 * 15 * 127 each), a
+ * block's 8 such pair sums added in 16 bits (at most 30,480: no overflow), then widened by
+ * `vpmaddwd` and centred. 8-bit: each code less 128 is signed and multiplies as |w| times
+ * q with w's sign (quant_linear_q8's AVX2 trick, a pair sum at most 2 * 128 * 127),
+ * widened at each step; that is the centred dot. The empty asm statements keep each sum in
+ * its register where it is added: without them GCC reassociates a block's additions into
+ * trees whose partial sums spill (1.7x the time at 4 rows). */
 static inline __attribute__((always_inline)) void il_tile(
-    const activations *a, const int32_t *centre, int64_t m0, int MT, const uint8_t *codes,
-    const uint16_t *scale, const uint16_t *offset, int blocks, int groups, int group_blocks,
-    int BITS, int half, int HALVES, __m256 acc[IL_TILE_M][2]) {
+    const il_panel *p, int64_t t, int MT, const uint8_t *codes, const uint16_t *scale,
+    const uint16_t *offset, int blocks, int groups, int group_blocks, int BITS, int half,
+    int HALVES, __m256 acc[IL_TILE_M][2]) {
     const __m256i low = _mm256_set1_epi8(0x0f), flip = _mm256_set1_epi8((char)0x80);
     const __m256i ones = _mm256_set1_epi16(1);
     const __m256 z = _mm256_set1_ps(BITS == 4 ? 8.0f : 128.0f);
     const int steps = BITS == 4 ? 4 : 8, block_bytes = 16 * BLOCK * BITS / 8;
+    const int8_t *q = p->q + t * blocks * IL_TILE_M * BLOCK;
+    const float *d = p->d + t * blocks * IL_TILE_M;
+    const int32_t *c = p->c + t * blocks * IL_TILE_M;
+    const float *sum = p->sum + t * groups * IL_TILE_M;
     for (int m = 0; m < MT; m++)
         for (int h = 0; h < HALVES; h++) acc[m][h] = _mm256_setzero_ps();
-    for (int g = 0; g < groups; g++) {
-        __m256 s[2], o[2];
-        for (int h = 0; h < HALVES; h++) {
-            const int64_t at = g * 16 + (half + h) * IL_HALF;
-            s[h] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(scale + at)));
-            o[h] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(offset + at)));
+    /* one flat loop over the blocks, each taking its group's scales (a loop a group around
+     * it cost a block's arithmetic again in address updates at 32-column groups), then the
+     * offsets a group */
+    const uint16_t *group_scale = scale + half * IL_HALF;
+    for (int b = 0, left = group_blocks; b < blocks; b++) {
+        __m256 s[2];
+        for (int h = 0; h < HALVES; h++)
+            s[h] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(group_scale + h * IL_HALF)));
+        if (--left == 0) {
+            group_scale += 16;
+            left = group_blocks;
         }
-        const int b_end = (g + 1) * group_blocks < blocks ? (g + 1) * group_blocks : blocks;
-        for (int b = g * group_blocks; b < b_end; b++) {
-            const uint8_t *block = codes + (int64_t)b * block_bytes;
-            for (int line = 0; half == 0 && line < block_bytes; line += 64) /* 2 KiB on */
-                _mm_prefetch((const char *)(block + PREFETCH_BYTES + line), _MM_HINT_T0);
-            __m256i dot[IL_TILE_M][2];
-            if (BITS == 4) {
-                __m256i pairs[IL_TILE_M][2];
-                for (int m = 0; m < MT; m++)
-                    for (int h = 0; h < HALVES; h++) pairs[m][h] = _mm256_setzero_si256();
-                for (int step = 0; step < 4; step++) {
-                    __m256i lo[2], hi[2];
-                    for (int h = 0; h < HALVES; h++) {
-                        const __m256i v = _mm256_loadu_si256(
-                            (const __m256i *)(block + step * 64 + (half + h) * 32));
-                        lo[h] = _mm256_and_si256(v, low);
-                        hi[h] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
-                    }
-                    const int64_t at_lo = q_at(4, b, 4 * step), at_hi = q_at(4, b, 16 + 4 * step);
-                    for (int m = 0; m < MT; m++) {
-                        const int8_t *q = a->q + (m0 + m) * a->q_stride;
-                        int32_t x_lo, x_hi;
-                        memcpy(&x_lo, q + at_lo, 4);
-                        memcpy(&x_hi, q + at_hi, 4);
-                        const __m256i q_lo = _mm256_set1_epi32(x_lo), q_hi = _mm256_set1_epi32(x_hi);
-                        for (int h = 0; h < HALVES; h++)
-                            pairs[m][h] = _mm256_add_epi16(
-                                pairs[m][h], _mm256_add_epi16(_mm256_maddubs_epi16(lo[h], q_lo),
-                                                              _mm256_maddubs_epi16(hi[h], q_hi)));
-                    }
+        const uint8_t *block = codes + (int64_t)b * block_bytes;
+        for (int line = 0; half == 0 && line < block_bytes; line += 64) /* 2 KiB on */
+            _mm_prefetch((const char *)(block + PREFETCH_BYTES + line), _MM_HINT_T0);
+        __m256i dot[IL_TILE_M][2];
+        if (BITS == 4) {
+            __m256i pairs[IL_TILE_M][2];
+            for (int m = 0; m < MT; m++)
+                for (int h = 0; h < HALVES; h++) pairs[m][h] = _mm256_setzero_si256();
+            for (int step = 0; step < 4; step++) {
+                __m256i lo[2], hi[2];
+                for (int h = 0; h < HALVES; h++) {
+                    const __m256i v = _mm256_loadu_si256(
+                        (const __m256i *)(block + step * 64 + (half + h) * 32));
+                    lo[h] = _mm256_and_si256(v, low);
+                    hi[h] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
                 }
                 for (int m = 0; m < MT; m++) {
-                    const __m256i c = _mm256_set1_epi32(centre[(m0 + m) * blocks + b]);
-                    for (int h = 0; h < HALVES; h++)
-                        dot[m][h] = _mm256_add_epi32(_mm256_madd_epi16(pairs[m][h], ones), c);
-                }
-            } else {
-                for (int m = 0; m < MT; m++)
-                    for (int h = 0; h < HALVES; h++) dot[m][h] = _mm256_setzero_si256();
-                for (int step = 0; step < steps; step++) {
-                    __m256i w[2], magnitude[2];
+                    int32_t x_lo, x_hi;
+                    memcpy(&x_lo, q + m * BLOCK + 4 * step, 4);
+                    memcpy(&x_hi, q + m * BLOCK + 16 + 4 * step, 4);
+                    const __m256i q_lo = _mm256_set1_epi32(x_lo), q_hi = _mm256_set1_epi32(x_hi);
                     for (int h = 0; h < HALVES; h++) {
-                        w[h] = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(
-                                                    block + step * 64 + (half + h) * 32)),
-                                                flip);
-                        magnitude[h] = _mm256_abs_epi8(w[h]);
-                    }
-                    const int64_t at = q_at(8, b, 4 * step);
-                    for (int m = 0; m < MT; m++) {
-                        int32_t x4;
-                        memcpy(&x4, a->q + (m0 + m) * a->q_stride + at, 4);
-                        const __m256i x = _mm256_set1_epi32(x4);
-                        for (int h = 0; h < HALVES; h++)
-                            dot[m][h] = _mm256_add_epi32(
-                                dot[m][h],
-                                _mm256_madd_epi16(_mm256_maddubs_epi16(
-                                                      magnitude[h], _mm256_sign_epi8(x, w[h])),
-                                                  ones));
+                        pairs[m][h] = _mm256_add_epi16(
+                            pairs[m][h], _mm256_add_epi16(_mm256_maddubs_epi16(lo[h], q_lo),
+                                                          _mm256_maddubs_epi16(hi[h], q_hi)));
+                        __asm__("" : "+x"(pairs[m][h]));
                     }
                 }
             }
-            /* a->d as AVX2 spreads it (put): block b's d in lanes 4 (b % 2) .. (4-bit) or
-             * 2 (b % 2) .. (8-bit) of pair b / 2 */
-            const int64_t d_at = (int64_t)b / 2 * 8 + b % 2 * (BITS == 4 ? 4 : 2);
             for (int m = 0; m < MT; m++) {
-                const __m256 d = _mm256_set1_ps(a->d[(m0 + m) * a->d_stride + d_at]);
+                const __m256i centre = _mm256_set1_epi32(c[m]);
                 for (int h = 0; h < HALVES; h++)
-                    acc[m][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[m][h]),
-                                                _mm256_mul_ps(s[h], d), acc[m][h]);
+                    dot[m][h] = _mm256_add_epi32(_mm256_madd_epi16(pairs[m][h], ones), centre);
+            }
+        } else {
+            for (int m = 0; m < MT; m++)
+                for (int h = 0; h < HALVES; h++) dot[m][h] = _mm256_setzero_si256();
+            for (int step = 0; step < steps; step++) {
+                __m256i w[2], magnitude[2];
+                for (int h = 0; h < HALVES; h++) {
+                    w[h] = _mm256_xor_si256(
+                        _mm256_loadu_si256((const __m256i *)(block + step * 64 + (half + h) * 32)),
+                        flip);
+                    magnitude[h] = _mm256_abs_epi8(w[h]);
+                }
+                for (int m = 0; m < MT; m++) {
+                    int32_t x4;
+                    memcpy(&x4, q + m * BLOCK + 4 * step, 4);
+                    const __m256i x = _mm256_set1_epi32(x4);
+                    for (int h = 0; h < HALVES; h++) {
+                        dot[m][h] = _mm256_add_epi32(
+                            dot[m][h], _mm256_madd_epi16(_mm256_maddubs_epi16(
+                                                             magnitude[h], _mm256_sign_epi8(x, w[h])),
+                                                         ones));
+                        __asm__("" : "+x"(dot[m][h]));
+                    }
+                }
             }
         }
-        /* the offsets, with the centring's z * scale, times x's float sum over the group */
-        for (int h = 0; h < HALVES; h++) {
-            const __m256 oz = _mm256_fmadd_ps(s[h], z, o[h]);
-            for (int m = 0; m < MT; m++)
-                acc[m][h] = _mm256_fmadd_ps(
-                    oz, _mm256_set1_ps(a->sum[(m0 + m) * a->sum_stride + g]), acc[m][h]);
+        for (int m = 0; m < MT; m++) {
+            const __m256 dm = _mm256_set1_ps(d[m]);
+            for (int h = 0; h < HALVES; h++)
+                acc[m][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[m][h]), _mm256_mul_ps(s[h], dm),
+                                            acc[m][h]);
         }
+        q += IL_TILE_M * BLOCK;
+        d += IL_TILE_M;
+        c += IL_TILE_M;
     }
+    /* the offsets, with the centring's z * scale, times x's float sum over the group */
+    for (int g = 0; g < groups; g++)
+        for (int h = 0; h < HALVES; h++) {
+            const int64_t at = g * 16 + (half + h) * IL_HALF;
+            const __m256 oz =
+                _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(scale + at))), z,
+                                _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(offset + at))));
+            for (int m = 0; m < MT; m++)
+                acc[m][h] = _mm256_fmadd_ps(oz, _mm256_set1_ps(sum[g * IL_TILE_M + m]), acc[m][h]);
+        }
 }
 
-/* As the VNNI path's il_rows: one row of x takes both halves of the 16 rows in one pass
- * (each step's 64 bytes, q read once for both), more rows one half after the other (the
- * tile's registers would not hold both halves' sums). */
-static void il_rows(const activations *a, const int32_t *centre, int64_t m0, int mt,
-                    const uint8_t *codes, const uint16_t *scale, const uint16_t *offset,
-                    int blocks, int groups, int group_blocks, int bits, void *out, int bf16,
-                    int64_t at, int64_t N) {
+/* As the VNNI path's il_rows, over the panel's tile t: one row of x takes both halves of
+ * the 16 rows in one pass (each step's 64 bytes, q read once for both), more rows one half
+ * after the other (the tile's registers would not hold both halves' sums). */
+static void il_rows(const il_panel *p, int64_t t, int mt, const uint8_t *codes,
+                    const uint16_t *scale, const uint16_t *offset, int blocks, int groups,
+                    int group_blocks, int bits, void *out, int bf16, int64_t at, int64_t N) {
     __m256 acc[IL_TILE_M][2];
-#define IL(MT, BITS, HALF, HALVES) il_tile(a, centre, m0, MT, codes, scale, offset, blocks, \
-                                           groups, group_blocks, BITS, HALF, HALVES, acc)
+#define IL(MT, BITS, HALF, HALVES) il_tile(p, t, MT, codes, scale, offset, blocks, groups, \
+                                           group_blocks, BITS, HALF, HALVES, acc)
     if (mt == 1) {
         if (bits == 4) IL(1, 4, 0, 2);
         else IL(1, 8, 0, 2);
@@ -292,33 +356,57 @@ int quant_linear_q8_il(const void *x, int64_t x_stride, int x_bf16, int64_t M,
     const int groups = (K + group_size - 1) / group_size;
     activations a;
     int failed = quantize_activations(x, x_stride, x_bf16, M, K, bits, group_size, threads, &a);
-    /* each row's centring a block: -z * the sum of its q, from the quantizer's 4-byte sums
-     * (4-bit: each unit of columns 0-15 holds its own sum and that of the unit 16 columns
-     * on; 8-bit: the block's 8 units in column order) */
+    const int64_t tiles = N / IL_ROWS, chunks = (M + IL_CHUNK - 1) / IL_CHUNK;
+#if Q8_PATH == 1
+    const int64_t x_tiles = (M + IL_TILE_M - 1) / IL_TILE_M;
+    const size_t q_bytes = (size_t)(x_tiles * blocks * IL_TILE_M * BLOCK);
+    const size_t block_values = (size_t)(x_tiles * blocks * IL_TILE_M);
+    const size_t sum_values = (size_t)(x_tiles * groups * IL_TILE_M);
+    il_panel panel = {0};
+    void *packed = failed ? NULL : malloc(q_bytes + (2 * block_values + sum_values) * 4);
+    if (!failed && packed == NULL) failed = 2;
+    if (!failed) {
+        panel.q = packed;
+        panel.d = (float *)(panel.q + q_bytes);
+        panel.c = (int32_t *)(panel.d + block_values);
+        panel.sum = (float *)(panel.c + block_values);
+    }
+    /* a decode step's few rows in the calling thread: waking the others costs more */
+#pragma omp parallel for schedule(static) num_threads(threads) if (!failed && x_tiles > 4)
+    for (int64_t t = 0; t < x_tiles; t++)
+        if (!failed) il_pack(&a, M, blocks, groups, bits, t, &panel);
+#else
     int32_t *centre = failed ? NULL : malloc((size_t)(M * blocks) * sizeof *centre);
     if (!failed && centre == NULL) failed = 2;
     for (int64_t m = 0; !failed && m < M; m++)
-        for (int b = 0; b < blocks; b++) {
-            const int32_t *c = a.centre + m * (a.q_stride / 4);
-            int32_t total = 0;
-            for (int step = 0; step < (bits == 4 ? 4 : 8); step++)
-                total += c[q_at(bits, b, 4 * step) / 4];
-            centre[m * blocks + b] = total;
-        }
-    const int64_t tiles = N / IL_ROWS;
+        for (int b = 0; b < blocks; b++) centre[m * blocks + b] = il_centre(&a, m, b, bits);
+#endif
+    /* a work item: a tile of 16 weight rows times up to IL_CHUNK rows of x, so that a
+     * prompt's rows spread over the threads as well as the weight's tiles */
 #pragma omp parallel for schedule(static) num_threads(threads) if (!failed)
-    for (int64_t n = 0; n < tiles; n++) {
+    for (int64_t item = 0; item < tiles * chunks; item++) {
         if (failed) continue;
+        const int64_t n = item / chunks, chunk = item % chunks;
         const uint8_t *tile_codes = codes + n * blocks * (16 * BLOCK * bits / 8);
         const uint16_t *tile_scale = scale + n * groups * 16;
         const uint16_t *tile_offset = offset + n * groups * 16;
-        for (int64_t m0 = 0; m0 < M; m0 += IL_TILE_M) {
-            const int mt = M - m0 < IL_TILE_M ? (int)(M - m0) : IL_TILE_M;
-            il_rows(&a, centre, m0, mt, tile_codes, tile_scale, tile_offset, blocks, groups,
-                    group_blocks, bits, out, x_bf16, m0 * N + n * IL_ROWS, N);
+        const int64_t m_end = (chunk + 1) * IL_CHUNK < M ? (chunk + 1) * IL_CHUNK : M;
+        for (int64_t m0 = chunk * IL_CHUNK; m0 < m_end; m0 += IL_TILE_M) {
+            const int mt = m_end - m0 < IL_TILE_M ? (int)(m_end - m0) : IL_TILE_M;
+#if Q8_PATH == 1
+            il_rows(&panel, m0 / IL_TILE_M, mt, tile_codes, tile_scale, tile_offset,
+                    blocks, groups, group_blocks, bits, out, x_bf16, m0 * N + n * IL_ROWS, N);
+#else
+            il_rows(&a, centre, m0, mt, tile_codes, tile_scale, tile_offset, blocks,
+                    groups, group_blocks, bits, out, x_bf16, m0 * N + n * IL_ROWS, N);
+#endif
         }
     }
+#if Q8_PATH == 1
+    free(packed);
+#else
     free(centre);
+#endif
     free(a.q);
     return failed;
 #else
