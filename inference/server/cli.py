@@ -69,7 +69,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--int8-activations",
         action="store_true",
         help="multiply group-quantized weights (gguf, gptq, awq) with activations quantized "
-        "to int8 at decode steps, as llama.cpp does: faster on a CPU, not the float matmul "
+        "to int8 at decode steps (AVX2-only CPUs: every step, prompts too), as llama.cpp "
+        "does: faster on a CPU, not the float matmul "
         "(its agreement: bench int8-accuracy)",
     )
     parser.add_argument(

@@ -20,7 +20,9 @@ stops below 16. With VNNI or AVX2 a weight whose rows are whole tiles of 16 can 
 bound interleaved (`bind(..., interleave=True)`, `interleave_rows`: 16 rows in a vector's
 lanes, AVX2's two vectors, quant_linear_q8_il.h), the same sums 1.2-3x faster in cache and
 a decode batch's step up to 2x faster; a layer with int8 activations binds so, keeping the
-file's layout beside it for its other paths.
+file's layout beside it for its other paths. With AVX2 that layout's kernel beats the
+float32 fallback at any number of rows, so there it takes a prompt's rows too
+(`interleaved_max_rows`).
 """
 
 from __future__ import annotations
@@ -59,13 +61,14 @@ MAX_INT8_KERNEL_ROWS = max(INT8_MAX_ROWS.values())
 INTERLEAVED_ROWS = 16
 # The int8 builds with a kernel over that layout.
 INTERLEAVED_PATHS: tuple[Int8Path, ...] = ("avx512-vnni", "avx2")
-# The most rows of x a weight bound interleaved multiplies with int8 activations: a decode
-# batch of 64 (CPU_GRAPH_MAX_BATCH). Its kernel beat dequantize-then-matmul 3x at 64 rows
-# and 2.2x at 128 on a Zen 4 (VNNI), 2.3x and 1.8x on a Zen 3 (AVX2, against float32),
-# SmolLM2's four layer shapes summed (docs/engine.md, "Zen 4 again", "AVX2: 16 rows
-# interleaved too"); past it the rows are a prompt's, which keep the float path, as past
-# the file layout's 32.
-INTERLEAVED_MAX_ROWS = 64
+# The most rows of x a weight bound interleaved multiplies with int8 activations (None: any).
+# VNNI: a decode batch of 64 (CPU_GRAPH_MAX_BATCH); its kernel beat dequantize-then-matmul
+# 3x at 64 rows and 2.2x at 128 on a Zen 4 (docs/engine.md, "Zen 4 again"), and past it the
+# rows are a prompt's, which keep the bf16 path (oneDNN, AMX where there is one). AVX2: every
+# row, prompts too; with x packed for its tiles the kernel runs 1.6-4x the float32 fallback
+# (dequantize, then oneDNN) from 1 row to 2,048 on a Zen 3, SmolLM2's layer shapes
+# (docs/engine.md, "AVX2: x packed, prompts through the int8 kernel").
+INTERLEAVED_MAX_ROWS: dict[Int8Path, int | None] = {"avx512-vnni": 64, "avx2": None}
 _DTYPES = {torch.float32: 0, torch.bfloat16: 1}
 
 
@@ -111,10 +114,19 @@ class QuantLinearKernel:
         laid = interleave_rows(weight) if interleave and self.can_interleave(weight) else None
         return BoundWeight(weight, laid)
 
-    def int8_rows_for(self, weight: GroupQuantized) -> int:
-        """The most rows of x a layer holding ``weight`` multiplies with int8 activations:
-        `INTERLEAVED_MAX_ROWS` where it is bound interleaved, else `int8_max_rows`."""
-        return INTERLEAVED_MAX_ROWS if self.can_interleave(weight) else self.int8_max_rows
+    @property
+    def interleaved_max_rows(self) -> int | None:
+        """The most rows of x the int8 path takes over a weight bound interleaved (None:
+        any number; 0 where this build has no interleaved kernel)."""
+        if self.int8_path not in INTERLEAVED_PATHS:
+            return 0
+        return INTERLEAVED_MAX_ROWS[self.int8_path]
+
+    def int8_rows_for(self, weight: GroupQuantized) -> int | None:
+        """The most rows of x a layer holding ``weight`` multiplies with int8 activations
+        (None: any number): `interleaved_max_rows` where it is bound interleaved, else
+        `int8_max_rows`."""
+        return self.interleaved_max_rows if self.can_interleave(weight) else self.int8_max_rows
 
     def can_interleave(self, weight: GroupQuantized) -> bool:
         """Whether `matmul_bound`'s int8 path takes ``weight`` 16 rows interleaved

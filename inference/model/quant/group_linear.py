@@ -7,10 +7,10 @@ block of codes in registers; with int8 activations asked for, the int8 kernel ta
 its build's `int8_max_rows` (32 with VNNI or AVX2: a batch of decode steps), over a copy of
 the weight 16 rows interleaved where VNNI or AVX2 runs that layout (rows in whole
 tiles of 16; a second copy of the codes and scales, made when the layer is first bound),
-and then up to `INTERLEAVED_MAX_ROWS` (64). Past those rows
-(prefill chunks), and where no kernel is set (other devices, no compiler), the weight is
-dequantized for that call, whole in C or in slices of rows by torch, multiplied by torch,
-then dropped.
+and then up to `interleaved_max_rows` (64 with VNNI; any number with AVX2, prompts too).
+Past those rows (VNNI's prefill chunks), and where no kernel is set (other devices, no
+compiler), the weight is dequantized for that call, whole in C or in slices of rows by
+torch, multiplied by torch, then dropped.
 
 On CUDA, where the device profile found that it runs (`use_triton`), every call takes
 the Triton kernel instead (inference/kernels/triton/group_gemm.py), which also widens the
@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from inference.kernels.cpu.quant_linear import INTERLEAVED_MAX_ROWS, MAX_KERNEL_ROWS
+from inference.kernels.cpu.quant_linear import MAX_KERNEL_ROWS
 from inference.model.quant.group_lazy import AnyGroupQuantized, LazyGroupQuantized
 from inference.model.quant.group_math import GroupQuantized, code_bytes, dequantize
 
@@ -128,7 +128,8 @@ class GroupQuantWeights(nn.Module):
             bound = self._bound(kernel) if int8_asked or rows < MAX_KERNEL_ROWS else None
             if int8_asked and bound is not None:  # interleaved weights take more rows
                 laid = bound.interleaved is not None
-                int8 = rows <= (INTERLEAVED_MAX_ROWS if laid else kernel.int8_max_rows)
+                limit = kernel.interleaved_max_rows if laid else kernel.int8_max_rows
+                int8 = limit is None or rows <= limit
             if bound is not None and (int8 or rows < MAX_KERNEL_ROWS):
                 y = kernel.matmul_bound(x2, bound, int8=int8)
             if y is not None:
@@ -210,14 +211,15 @@ class GroupQuantLinear(GroupQuantWeights):
     @property
     def rows_in_place(self) -> int | None:
         """The most rows `matmul` multiplies without a float copy of the weight (None: any
-        number, on the Triton kernel; 0: none, as with no kernel set)."""
+        number, on the Triton kernel or AVX2's interleaved int8 one; 0: none, as with no
+        kernel set)."""
         if self._triton is not None:
             return None
         kernel = self.kernels.quant if self.kernels is not None else None
         if kernel is None:
             return 0
         int8_rows = kernel.int8_rows_for(self.packed) if self.int8_activations else 0
-        return max(MAX_KERNEL_ROWS - 1, int8_rows)
+        return None if int8_rows is None else max(MAX_KERNEL_ROWS - 1, int8_rows)
 
     def set_input_perm(self, perm: torch.Tensor) -> None:
         if tuple(perm.shape) != (self.in_features,):

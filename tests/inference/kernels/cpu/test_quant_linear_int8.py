@@ -204,7 +204,9 @@ def test_layer_uses_int8_only_when_asked() -> None:
 def test_layer_takes_int8_up_to_its_builds_limit() -> None:
     """With int8 activations the layer multiplies a batch of decode steps (up to the build's
     `int8_max_rows`: 32 with VNNI or AVX2) through the int8 kernel, past the exact kernel's 16
-    rows; one row more, and without the option, it dequantizes as before."""
+    rows, and over a weight bound interleaved up to `interleaved_max_rows` (64 with VNNI;
+    AVX2 any number, a prompt's rows too); one row more, and without the option, it
+    dequantizes as before."""
     kernels = load_layer_kernels()
     assert kernels is not None and kernels.quant is not None
     quant = kernels.quant
@@ -214,23 +216,28 @@ def test_layer_takes_int8_up_to_its_builds_limit() -> None:
     layer.kernels = kernels
     limit = quant.int8_rows_for(layer.packed)
     if quant.int8_path in INTERLEAVED_PATHS:  # 64 rows of 4-bit codes: bound interleaved
-        assert quant.int8_max_rows >= 32 and limit == INTERLEAVED_MAX_ROWS == 64
+        assert quant.int8_max_rows >= 32
+        assert limit == INTERLEAVED_MAX_ROWS[quant.int8_path] == quant.interleaved_max_rows
+        assert limit == (None if quant.int8_path == "avx2" else 64)
     else:
-        assert limit == quant.int8_max_rows
+        assert limit == quant.int8_max_rows and quant.interleaved_max_rows == 0
     whole = quant.dequantize(layer.packed, torch.bfloat16)
     assert whole is not None
-    x = torch.randn(limit + 1, 96).bfloat16()
-    at_limit = x[:limit]
+    x = torch.randn(300 if limit is None else limit + 1, 96).bfloat16()
+    at_limit = x if limit is None else x[:limit]
     assert torch.equal(layer(at_limit), F.linear(at_limit, whole))  # the default: dequantized
     layer.int8_activations = True
     int8 = quant.matmul_int8(at_limit, layer.packed, interleave=True)
     assert int8 is not None and torch.equal(layer(at_limit), int8)
     assert not torch.equal(int8, F.linear(at_limit, whole))
-    assert torch.equal(layer(x), F.linear(x, whole))  # one row past the limit
+    if limit is None:  # AVX2: every row through the kernel, and in place for the graphs
+        assert layer.rows_in_place is None
+    else:
+        assert torch.equal(layer(x), F.linear(x, whole))  # one row past the limit
     few = x[: MAX_KERNEL_ROWS - 1]
     expected = (
         quant.matmul_int8(few, layer.packed, interleave=True)
-        if limit >= len(few)
+        if limit is None or limit >= len(few)
         else quant.matmul(few, layer.packed)
     )
     assert expected is not None and torch.equal(layer(few), expected)
@@ -245,7 +252,8 @@ def test_int8_interleaved_matches_its_arithmetic(
     """The int8 path over the 16-row interleaved layout (quant_linear_q8_il.h), which a
     layer with int8 activations takes where the build runs it (AVX512-VNNI or AVX2, rows a
     multiple of 16): the same arithmetic, tiles of 1-4 rows of x, K a partial block (33,
-    1000) or an odd number of them (608 is 19), up to the 64 rows a layer gives it."""
+    1000) or an odd number of them (608 is 19), up to the 64 rows a VNNI layer gives it and
+    past them (AVX2 takes a prompt's rows: work items of 64 rows, the last one ragged)."""
     torch.manual_seed(rows + cols + group_size + bits)
     weight = quantize_groups(torch.randn(rows, cols), bits, group_size)
     bound = kernel.bind(weight, interleave=True)
@@ -254,7 +262,7 @@ def test_int8_interleaved_matches_its_arithmetic(
         assert not kernel.can_interleave(weight) and bound.interleaved_arguments is None
         return
     assert bound.interleaved_arguments is not None
-    for m in (*range(1, 10), 16, 17, 31, 32, 63, 64):
+    for m in (*range(1, 10), 16, 17, 31, 32, 63, 64, 65, 130, 259):
         x = torch.randn(m, cols) * torch.rand(m, 1) * 4
         x[m // 2, : min(cols, 40)] = 0.0  # an all-zero block: d = 0
         assert_matches_reference(kernel.matmul_bound(x, bound, int8=True), x, weight)
@@ -314,7 +322,8 @@ def test_layer_not_interleaved_keeps_the_builds_int8_limit() -> None:
     layer.fill_rows(slice(None), quantize_groups(torch.randn(40, 96), 4, 32), "w")
     layer.kernels, layer.int8_activations = kernels, True
     limit = quant.int8_rows_for(layer.packed)
-    assert limit == quant.int8_max_rows and layer.rows_in_place == max(MAX_KERNEL_ROWS - 1, limit)
+    assert limit is not None and limit == quant.int8_max_rows
+    assert layer.rows_in_place == max(MAX_KERNEL_ROWS - 1, limit)
     whole = quant.dequantize(layer.packed, torch.float32)
     assert whole is not None
     x = torch.randn(limit + 1, 96)
