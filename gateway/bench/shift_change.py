@@ -85,6 +85,12 @@ def run(args: argparse.Namespace) -> int:
     if not model.exists():
         print(f"enclave: no model at {model} (run scripts/fetch-demo-model.sh)", file=sys.stderr)
         return 2
+    if args.logs is not None:
+        try:
+            args.logs.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            print(f"enclave: --logs {args.logs}: {error.strerror or error}", file=sys.stderr)
+            return 2
     load_before = os.getloadavg()[0]
     manual = manual_text(args.manual_chars)
     results = {}
