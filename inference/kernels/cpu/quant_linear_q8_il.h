@@ -23,7 +23,9 @@
 /* Rows of x a work item of the call takes (a multiple of IL_TILE_M). */
 enum { IL_CHUNK = 64 };
 
-#if Q8_PATH
+#if Q8_PATH == 2
+enum { IL_ROWS = 16, IL_TILE_M = 4 };
+
 /* Row m's centring for block b: -z * the sum of its q, from the quantizer's 4-byte sums
  * (4-bit: each unit of columns 0-15 holds its own sum and that of the unit 16 columns on;
  * 8-bit: the block's 8 units in column order). */
@@ -33,10 +35,6 @@ static int32_t il_centre(const activations *a, int64_t m, int b, int bits) {
     for (int step = 0; step < (bits == 4 ? 4 : 8); step++) total += c[q_at(bits, b, 4 * step) / 4];
     return total;
 }
-#endif
-
-#if Q8_PATH == 2
-enum { IL_ROWS = 16, IL_TILE_M = 4 };
 
 /* 16 sums to out[at ..], as `store` rounds them (bfloat16: to nearest even, NaN quiet). */
 static inline void store16(void *out, int bf16, int64_t at, __m512 v) {
@@ -157,43 +155,58 @@ static inline void store8(void *out, int bf16, int64_t at, __m256 v) {
     _mm_storeu_si128((__m128i *)((uint16_t *)out + at), packed);
 }
 
-/* x as the tiles read it, packed once a call: for each 4 rows of x (a tile's), block by
- * block, each row's 32 bytes of q in column order, then the 4 rows' d and centring a block
- * and float sums a group. One pointer a kind then serves all of a tile's rows; read from
- * `activations` by row strides the tile's addresses took more registers than x86 has, and
- * the spills cost about as much as the arithmetic (docs/engine.md, "AVX2: x packed"). */
+/* x as the tiles read it, quantized once a call straight into this layout: for each 4
+ * rows of x (a tile's), block by block, each row's 32 bytes of q in column order, then the
+ * 4 rows' d and centring a block and float sums a group. One pointer a kind then serves all
+ * of a tile's rows; read from `activations` by row strides the tile's addresses took more
+ * registers than x86 has, and the spills cost about as much as the arithmetic
+ * (docs/engine.md, "AVX2: x packed"). The codes, d and sums are quantize_row's. */
 typedef struct {
     int8_t *q;      /* [tiles][blocks][IL_TILE_M][BLOCK] */
     float *d;       /* [tiles][blocks][IL_TILE_M] */
-    int32_t *c;     /* [tiles][blocks][IL_TILE_M] */
+    int32_t *c;     /* [tiles][blocks][IL_TILE_M]: -z * the sum of the block's q */
     float *sum;     /* [tiles][groups][IL_TILE_M] */
 } il_panel;
 
-/* Tile t of the panel (rows 4t .. 4t + 3 of x; rows past M zero). */
-static void il_pack(const activations *a, int64_t M, int blocks, int groups, int bits, int64_t t,
-                    il_panel *p) {
-    for (int r = 0; r < IL_TILE_M; r++) {
-        const int64_t m = t * IL_TILE_M + r;
-        for (int b = 0; b < blocks; b++) {
-            const int64_t at = (t * blocks + b) * IL_TILE_M + r;
-            int8_t *q = p->q + at * BLOCK;
-            if (m >= M) {
-                memset(q, 0, BLOCK);
-                p->d[at] = 0.0f;
-                p->c[at] = 0;
-                continue;
-            }
-            const int8_t *row = a->q + m * a->q_stride;
-            memcpy(q, row + q_at(bits, b, 0), BLOCK / 2);
-            memcpy(q + BLOCK / 2, row + q_at(bits, b, BLOCK / 2), BLOCK / 2);
-            /* a->d as AVX2 spreads it (put): block b's d in lanes 4 (b % 2) .. (4-bit) or
-             * 2 (b % 2) .. (8-bit) of pair b / 2 */
-            p->d[at] = a->d[m * a->d_stride + b / 2 * 8 + b % 2 * (bits == 4 ? 4 : 2)];
-            p->c[at] = il_centre(a, m, b, bits);
+/* Row m of x into its tile's slot (a row past M, the last tile's, zero). */
+static void il_quantize_row(const void *x, int64_t x_stride, int bf16, int64_t M, int K, int bits,
+                            int group_size, int blocks, int groups, int64_t m, il_panel *p) {
+    const int64_t t = m / IL_TILE_M;
+    const int r = (int)(m % IL_TILE_M);
+    for (int g = 0; g < groups; g++) p->sum[(t * groups + g) * IL_TILE_M + r] = 0.0f;
+    for (int b = 0; b < blocks; b++) {
+        const int64_t at = (t * blocks + b) * IL_TILE_M + r;
+        int8_t *q = p->q + at * BLOCK;
+        if (m >= M) {
+            memset(q, 0, BLOCK);
+            p->d[at] = 0.0f;
+            p->c[at] = 0;
+            continue;
         }
-        for (int g = 0; g < groups; g++)
-            p->sum[(t * groups + g) * IL_TILE_M + r] = m < M ? a->sum[m * a->sum_stride + g] : 0.0f;
+        const int width = K - b * BLOCK < BLOCK ? K - b * BLOCK : BLOCK;
+        quantize_x_block(x, bf16, m * x_stride + (int64_t)b * BLOCK, width, q, &p->d[at],
+                         &p->sum[(t * groups + b * BLOCK / group_size) * IL_TILE_M + r]);
+        int32_t total = 0;
+        for (int i = 0; i < BLOCK; i++) total += q[i];
+        p->c[at] = -(1 << (bits - 1)) * total;
     }
+}
+
+/* x's M rows into a panel (one allocation: free(p->q)); 0, or 2 where it failed. */
+static int il_quantize(const void *x, int64_t x_stride, int bf16, int64_t M, int K, int bits,
+                       int group_size, int blocks, int groups, int threads, il_panel *p) {
+    const int64_t rows = (M + IL_TILE_M - 1) / IL_TILE_M * IL_TILE_M;
+    const size_t q_bytes = (size_t)(rows * blocks * BLOCK), block_values = (size_t)(rows * blocks);
+    p->q = malloc(q_bytes + (2 * block_values + (size_t)(rows * groups)) * 4);
+    if (p->q == NULL) return 2;
+    p->d = (float *)(p->q + q_bytes);
+    p->c = (int32_t *)(p->d + block_values);
+    p->sum = (float *)(p->c + block_values);
+    /* a decode step's few rows in the calling thread: a parallel region costs its set-up */
+#pragma omp parallel for schedule(static) num_threads(threads) if (M >= 4)
+    for (int64_t m = 0; m < rows; m++)
+        il_quantize_row(x, x_stride, bf16, M, K, bits, group_size, blocks, groups, m, p);
+    return 0;
 }
 
 /* Rows 4t .. 4t + MT - 1 of x (tile t of the panel) times HALVES halves (from rows
@@ -354,28 +367,14 @@ int quant_linear_q8_il(const void *x, int64_t x_stride, int x_bf16, int64_t M,
         return 1;
     const int blocks = (K + BLOCK - 1) / BLOCK, group_blocks = group_size / BLOCK;
     const int groups = (K + group_size - 1) / group_size;
-    activations a;
-    int failed = quantize_activations(x, x_stride, x_bf16, M, K, bits, group_size, threads, &a);
     const int64_t tiles = N / IL_ROWS, chunks = (M + IL_CHUNK - 1) / IL_CHUNK;
 #if Q8_PATH == 1
-    const int64_t x_tiles = (M + IL_TILE_M - 1) / IL_TILE_M;
-    const size_t q_bytes = (size_t)(x_tiles * blocks * IL_TILE_M * BLOCK);
-    const size_t block_values = (size_t)(x_tiles * blocks * IL_TILE_M);
-    const size_t sum_values = (size_t)(x_tiles * groups * IL_TILE_M);
-    il_panel panel = {0};
-    void *packed = failed ? NULL : malloc(q_bytes + (2 * block_values + sum_values) * 4);
-    if (!failed && packed == NULL) failed = 2;
-    if (!failed) {
-        panel.q = packed;
-        panel.d = (float *)(panel.q + q_bytes);
-        panel.c = (int32_t *)(panel.d + block_values);
-        panel.sum = (float *)(panel.c + block_values);
-    }
-    /* a decode step's few rows in the calling thread: waking the others costs more */
-#pragma omp parallel for schedule(static) num_threads(threads) if (!failed && x_tiles > 4)
-    for (int64_t t = 0; t < x_tiles; t++)
-        if (!failed) il_pack(&a, M, blocks, groups, bits, t, &panel);
+    il_panel panel;
+    const int failed =
+        il_quantize(x, x_stride, x_bf16, M, K, bits, group_size, blocks, groups, threads, &panel);
 #else
+    activations a;
+    int failed = quantize_activations(x, x_stride, x_bf16, M, K, bits, group_size, threads, &a);
     int32_t *centre = failed ? NULL : malloc((size_t)(M * blocks) * sizeof *centre);
     if (!failed && centre == NULL) failed = 2;
     for (int64_t m = 0; !failed && m < M; m++)
@@ -403,11 +402,11 @@ int quant_linear_q8_il(const void *x, int64_t x_stride, int x_bf16, int64_t M,
         }
     }
 #if Q8_PATH == 1
-    free(packed);
+    free(panel.q);
 #else
     free(centre);
-#endif
     free(a.q);
+#endif
     return failed;
 #else
     (void)x, (void)x_stride, (void)x_bf16, (void)M, (void)codes, (void)scale, (void)offset;

@@ -67,36 +67,50 @@ static float quantize_block(const void *x, int bf16, int64_t at, int8_t codes[BL
 }
 #endif
 
+/* A block of x's `width` values from x[at] (the last, partial, or every one in plain C) to
+ * codes (zero past width) and its d, each value added to *sum in turn. */
+static void quantize_values(const void *x, int bf16, int64_t at, int width, int8_t codes[BLOCK],
+                            float *d_out, float *sum) {
+    float v[BLOCK], amax = 0.0f;
+    for (int c = 0; c < width; c++) {
+        v[c] = load_x(x, bf16, at + c);
+        amax = fabsf(v[c]) > amax ? fabsf(v[c]) : amax;
+        *sum += v[c];
+    }
+    const float d = amax * (1.0f / 127.0f), id = d > 0.0f ? 1.0f / d : 0.0f;
+    for (int c = 0; c < width; c++) {
+        const float r = nearbyintf(v[c] * id); /* half to even */
+        codes[c] = (int8_t)(r > 127.0f ? 127 : r < -127.0f ? -127 : r);
+    }
+    memset(codes + width, 0, (size_t)(BLOCK - width));
+    *d_out = d;
+}
+
+/* Block b of a row of x (from x[at]) to int8 codes in column order: its d, its values'
+ * sum added to *sum (whole blocks in SIMD where built). */
+static void quantize_x_block(const void *x, int bf16, int64_t at, int width, int8_t codes[BLOCK],
+                             float *d, float *sum) {
+#if Q8_PATH
+    if (width == BLOCK) {
+        *sum += quantize_block(x, bf16, at, codes, d);
+        return;
+    }
+#endif
+    quantize_values(x, bf16, at, width, codes, d, sum);
+}
+
 static void quantize_row(const void *x, int64_t x_stride, int bf16, int64_t m, int K, int bits,
                          int group_size, int blocks, activations *a) {
     int8_t *q = a->q + m * a->q_stride;
-    const float inv127 = 1.0f / 127.0f;
     for (int b = 0; b < blocks; b++) {
         const int width = K - b * BLOCK < BLOCK ? K - b * BLOCK : BLOCK;
-#if Q8_PATH
-        if (width == BLOCK) {
-            int8_t codes[BLOCK];
-            float d;
-            a->sum[m * a->sum_stride + b * BLOCK / group_size] +=
-                quantize_block(x, bf16, m * x_stride + (int64_t)b * BLOCK, codes, &d);
-            put(a->d + m * a->d_stride, b, bits, d);
-            memcpy(q + q_at(bits, b, 0), codes, BLOCK / 2);
-            memcpy(q + q_at(bits, b, BLOCK / 2), codes + BLOCK / 2, BLOCK / 2);
-            continue;
-        }
-#endif
-        float v[BLOCK], amax = 0.0f;
-        for (int c = 0; c < width; c++) {
-            v[c] = load_x(x, bf16, m * x_stride + (int64_t)b * BLOCK + c);
-            amax = fabsf(v[c]) > amax ? fabsf(v[c]) : amax;
-            a->sum[m * a->sum_stride + b * BLOCK / group_size] += v[c];
-        }
-        const float d = amax * inv127, id = d > 0.0f ? 1.0f / d : 0.0f;
+        int8_t codes[BLOCK];
+        float d;
+        quantize_x_block(x, bf16, m * x_stride + (int64_t)b * BLOCK, width, codes, &d,
+                         &a->sum[m * a->sum_stride + b * BLOCK / group_size]);
         put(a->d + m * a->d_stride, b, bits, d);
-        for (int c = 0; c < width; c++) {
-            const float r = nearbyintf(v[c] * id); /* half to even */
-            q[q_at(bits, b, c)] = (int8_t)(r > 127.0f ? 127 : r < -127.0f ? -127 : r);
-        }
+        memcpy(q + q_at(bits, b, 0), codes, BLOCK / 2);
+        memcpy(q + q_at(bits, b, BLOCK / 2), codes + BLOCK / 2, BLOCK / 2);
     }
     int32_t *centre = a->centre + m * (a->q_stride / 4);
 #if Q8_PATH == 2 /* each lane: the sum of 4 bytes of q (ones times q), times -z; 64 at once */
