@@ -65,9 +65,10 @@ INTERLEAVED_PATHS: tuple[Int8Path, ...] = ("avx512-vnni", "avx2")
 # VNNI: a decode batch of 64 (CPU_GRAPH_MAX_BATCH); its kernel beat dequantize-then-matmul
 # 3x at 64 rows and 2.2x at 128 on a Zen 4 (docs/engine.md, "Zen 4 again"), and past it the
 # rows are a prompt's, which keep the bf16 path (oneDNN, AMX where there is one). AVX2: every
-# row, prompts too; with x packed for its tiles the kernel runs 1.6-4x the float32 fallback
-# (dequantize, then oneDNN) from 1 row to 2,048 on a Zen 3, SmolLM2's layer shapes
-# (docs/engine.md, "AVX2: x packed, prompts through the int8 kernel").
+# row, prompts too; with x packed for its tiles the kernel beats the float32 fallback
+# (dequantize, then oneDNN) at every row count on a Zen 3, SmolLM2's layer shapes: 1.5-1.7x
+# at 2,048 rows, 1.8-2.2x at 512, more below (docs/engine.md, "AVX2: x packed, prompts
+# through the int8 kernel").
 INTERLEAVED_MAX_ROWS: dict[Int8Path, int | None] = {"avx512-vnni": 64, "avx2": None}
 _DTYPES = {torch.float32: 0, torch.bfloat16: 1}
 
