@@ -26,8 +26,8 @@ class EngineConfig:
     ``int8_activations`` multiplies group-quantized weights (gguf, gptq, awq) on the CPU
     with each row of activations quantized to int8 per block of 32 and integer dot
     products, as llama.cpp does: faster, but not the float matmul (its agreement is
-    measured by ``bench int8-accuracy``); with VNNI only steps of few rows (decode) take
-    it, with AVX2 every step, prompts too (docs/engine.md).
+    measured by ``bench int8-accuracy``); every step takes it, prompts too, except
+    beside AMX, where steps of few rows (decode) do (docs/engine.md).
     ``single_thread_small_kernels`` runs the CPU kernels' small calls (a decode step's
     norms, rotary, KV writes) on the calling thread: faster beside other busy processes,
     slower alone on the cores (inference/kernels/cpu/threads.py).

@@ -69,7 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--int8-activations",
         action="store_true",
         help="multiply group-quantized weights (gguf, gptq, awq) with activations quantized "
-        "to int8 at decode steps (AVX2-only CPUs: every step, prompts too), as llama.cpp "
+        "to int8 at every step, prompts too (on CPUs with AMX: decode steps), as llama.cpp "
         "does: faster on a CPU, not the float matmul "
         "(its agreement: bench int8-accuracy)",
     )

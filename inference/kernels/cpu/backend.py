@@ -35,6 +35,7 @@ from inference.kernels.attention import (
     build_torch_metadata,
 )
 from inference.kernels.cpu.cascade import fold, own_chunk_attention, shared_prefix_attention
+from inference.kernels.cpu.features import torch_has_amx
 from inference.kernels.cpu.threads import threads_for
 from inference.kernels.kv_cache import FP8_KV_DTYPE, KVCache, kv_scales
 
@@ -101,7 +102,7 @@ def _leading_shared(tables: np.ndarray, limit: int) -> int:
 def torch_attention_uses_amx() -> bool:
     """Whether torch's CPU attention runs bf16 on AMX tiles here (its flash attention's
     matmuls go to oneDNN's brgemm, which uses them where the processor has them)."""
-    return bool(getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)())
+    return torch_has_amx()
 
 
 class CpuAttentionBackend:

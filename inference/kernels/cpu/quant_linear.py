@@ -20,9 +20,9 @@ stops below 16. With VNNI or AVX2 a weight whose rows are whole tiles of 16 can 
 bound interleaved (`bind(..., interleave=True)`, `interleave_rows`: 16 rows in a vector's
 lanes, AVX2's two vectors, quant_linear_q8_il.h), the same sums 1.2-3x faster in cache and
 a decode batch's step up to 2x faster; a layer with int8 activations binds so, keeping the
-file's layout beside it for its other paths. With AVX2 that layout's kernel beats the
-float32 fallback at any number of rows, so there it takes a prompt's rows too
-(`interleaved_max_rows`).
+file's layout beside it for its other paths. That layout's kernel beats the layer's
+fallback at any number of rows (VNNI the bf16 one, AVX2 the float32 one), so it takes a
+prompt's rows too, except beside AMX (`interleaved_max_rows`).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Literal
 import torch
 
 from inference.kernels.cpu.build import KernelBuildError, load_library
+from inference.kernels.cpu.features import torch_has_amx
 
 if TYPE_CHECKING:
     from inference.model.quant.group_math import GroupQuantized
@@ -62,14 +63,19 @@ INTERLEAVED_ROWS = 16
 # The int8 builds with a kernel over that layout.
 INTERLEAVED_PATHS: tuple[Int8Path, ...] = ("avx512-vnni", "avx2")
 # The most rows of x a weight bound interleaved multiplies with int8 activations (None: any).
-# VNNI: a decode batch of 64 (CPU_GRAPH_MAX_BATCH); its kernel beat dequantize-then-matmul
-# 3x at 64 rows and 2.2x at 128 on a Zen 4 (docs/engine.md, "Zen 4 again"), and past it the
-# rows are a prompt's, which keep the bf16 path (oneDNN, AMX where there is one). AVX2: every
-# row, prompts too; with x packed for its tiles the kernel beats the float32 fallback
-# (dequantize, then oneDNN) at every row count on a Zen 3, SmolLM2's layer shapes: 1.5-1.7x
-# at 2,048 rows, 1.8-2.2x at 512, more below (docs/engine.md, "AVX2: x packed, prompts
-# through the int8 kernel").
-INTERLEAVED_MAX_ROWS: dict[Int8Path, int | None] = {"avx512-vnni": 64, "avx2": None}
+# Both builds take every row, a prompt's too: with x packed for the tiles the kernel beats
+# the layer's fallback (dequantize, then oneDNN) at every row count. VNNI on a Zen 4 (against
+# the bf16 fallback, SmolLM2's four layer shapes summed): 3.5x at 64 rows, 1.6-1.7x at 512,
+# 1.4-1.5x at 2,048 (docs/engine.md, "Zen 4: x packed, prompts through the int8 kernel").
+# AVX2 on a Zen 3 (against float32, the dtype `auto` picks there): 1.5-1.7x at
+# 2,048 rows, 1.8-2.2x at 512 (docs/engine.md, "AVX2: x packed, prompts through the int8
+# kernel").
+INTERLEAVED_MAX_ROWS: dict[Int8Path, int | None] = {"avx512-vnni": None, "avx2": None}
+# Where torch's matmuls run on AMX tiles (oneDNN's bf16 brgemm: several times VNNI's int8
+# dot products a cycle) a prompt's rows keep that path, and VNNI takes up to a decode batch
+# of 64 (CPU_GRAPH_MAX_BATCH), where it beat dequantize-then-matmul 3-3.5x on a Zen 4; not
+# measured against AMX on a Sapphire Rapids since x was packed.
+AMX_INTERLEAVED_MAX_ROWS = 64
 _DTYPES = {torch.float32: 0, torch.bfloat16: 1}
 
 
@@ -88,15 +94,36 @@ def load_quant_linear(extra_flags: tuple[str, ...] = ()) -> QuantLinearKernel | 
     return QuantLinearKernel(library, PATHS[library.quant_linear_available()], int8)
 
 
+def interleaved_max_rows(int8_path: Int8Path | None, amx: bool) -> int | None:
+    """The most rows of x the int8 path takes over a weight bound interleaved (None: any
+    number; 0 where the build has no interleaved kernel)."""
+    if int8_path is None or int8_path not in INTERLEAVED_PATHS:
+        return 0
+    if amx and int8_path == "avx512-vnni":
+        return AMX_INTERLEAVED_MAX_ROWS
+    return INTERLEAVED_MAX_ROWS[int8_path]
+
+
 class QuantLinearKernel:
     def __init__(
-        self, library: ctypes.CDLL, path: QuantPath, int8: ctypes.CDLL | None = None
+        self,
+        library: ctypes.CDLL,
+        path: QuantPath,
+        int8: ctypes.CDLL | None = None,
+        *,
+        amx: bool | None = None,
     ) -> None:
+        """``amx``: whether torch's matmuls run on AMX tiles here (None: ask torch), which
+        keeps a prompt's rows off the VNNI int8 path (`AMX_INTERLEAVED_MAX_ROWS`)."""
         self._lib = library
         self._int8 = int8
         self.path = path
         self.int8_path: Int8Path | None = (
             None if int8 is None else INT8_PATHS[int8.quant_linear_q8_available()]
+        )
+        # An attribute, not a property: a decode step's layers read it over a hundred times.
+        self.interleaved_max_rows = interleaved_max_rows(
+            self.int8_path, torch_has_amx() if amx is None else amx
         )
 
     @property
@@ -114,14 +141,6 @@ class QuantLinearKernel:
             return None
         laid = interleave_rows(weight) if interleave and self.can_interleave(weight) else None
         return BoundWeight(weight, laid)
-
-    @property
-    def interleaved_max_rows(self) -> int | None:
-        """The most rows of x the int8 path takes over a weight bound interleaved (None:
-        any number; 0 where this build has no interleaved kernel)."""
-        if self.int8_path not in INTERLEAVED_PATHS:
-            return 0
-        return INTERLEAVED_MAX_ROWS[self.int8_path]
 
     def int8_rows_for(self, weight: GroupQuantized) -> int | None:
         """The most rows of x a layer holding ``weight`` multiplies with int8 activations

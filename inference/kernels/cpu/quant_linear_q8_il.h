@@ -23,144 +23,17 @@
 /* Rows of x a work item of the call takes (a multiple of IL_TILE_M). */
 enum { IL_CHUNK = 64 };
 
-#if Q8_PATH == 2
-enum { IL_ROWS = 16, IL_TILE_M = 4 };
+#if Q8_PATH
+enum { IL_ROWS = 16, IL_TILE_M = Q8_PATH == 2 ? 8 : 4 };
 
-/* Row m's centring for block b: -z * the sum of its q, from the quantizer's 4-byte sums
- * (4-bit: each unit of columns 0-15 holds its own sum and that of the unit 16 columns on;
- * 8-bit: the block's 8 units in column order). */
-static int32_t il_centre(const activations *a, int64_t m, int b, int bits) {
-    const int32_t *c = a->centre + m * (a->q_stride / 4);
-    int32_t total = 0;
-    for (int step = 0; step < (bits == 4 ? 4 : 8); step++) total += c[q_at(bits, b, 4 * step) / 4];
-    return total;
-}
-
-/* 16 sums to out[at ..], as `store` rounds them (bfloat16: to nearest even, NaN quiet). */
-static inline void store16(void *out, int bf16, int64_t at, __m512 v) {
-    if (!bf16) {
-        _mm512_storeu_ps((float *)out + at, v);
-        return;
-    }
-    const __m512i bits = _mm512_castps_si512(v);
-    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
-    const __m512i half = _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff));
-    const __m512i rounded = _mm512_add_epi32(bits, half);
-    const __m512i nan = _mm512_or_si512(bits, _mm512_set1_epi32(0x400000));
-    const __mmask16 is_nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-    const __m512i top = _mm512_srli_epi32(_mm512_mask_blend_epi32(is_nan, rounded, nan), 16);
-    _mm256_storeu_si256((__m256i *)((uint16_t *)out + at), _mm512_cvtepi32_epi16(top));
-}
-
-/* Rows m0 .. m0 + MT - 1 of x times one block of 16 weight rows: acc[m] their 16 sums.
- * BITS 4: a block's 16 bytes a row are 4 steps of 4 bytes, each lane's low nibbles columns
- * 4s.. and high ones 16 + 4s..; BITS 8: its 32 bytes are 8 steps of 4 columns. */
-static inline __attribute__((always_inline)) void il_tile(
-    const activations *a, const int32_t *centre, int64_t m0, int MT, const uint8_t *codes,
-    const uint16_t *scale, const uint16_t *offset, int blocks, int groups, int group_blocks,
-    int BITS, __m512 acc[IL_TILE_M]) {
-    const __m512i low = _mm512_set1_epi8(0x0f);
-    const __m512 z = _mm512_set1_ps(BITS == 4 ? 8.0f : 128.0f);
-    const int steps = BITS == 4 ? 4 : 8, block_bytes = 16 * BLOCK * BITS / 8;
-    for (int m = 0; m < MT; m++) acc[m] = _mm512_setzero_ps();
-    for (int g = 0; g < groups; g++) {
-        const __m512 s = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(scale + g * 16)));
-        const __m512 o = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(offset + g * 16)));
-        const int b_end = (g + 1) * group_blocks < blocks ? (g + 1) * group_blocks : blocks;
-        for (int b = g * group_blocks; b < b_end; b++) {
-            const uint8_t *block = codes + (int64_t)b * block_bytes;
-            for (int line = 0; line < block_bytes; line += 64) /* 2 KiB on: prefetch_rows.h */
-                _mm_prefetch((const char *)(block + PREFETCH_BYTES + line), _MM_HINT_T0);
-            __m512i dot[IL_TILE_M];
-            for (int m = 0; m < MT; m++) dot[m] = _mm512_set1_epi32(centre[(m0 + m) * blocks + b]);
-            for (int step = 0; step < steps; step++) {
-                const __m512i v = _mm512_loadu_si512((const void *)(block + step * 64));
-                if (BITS == 4) {
-                    const __m512i lo = _mm512_and_si512(v, low);
-                    const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
-                    const int64_t at_lo = q_at(4, b, 4 * step), at_hi = q_at(4, b, 16 + 4 * step);
-                    for (int m = 0; m < MT; m++) {
-                        const int8_t *q = a->q + (m0 + m) * a->q_stride;
-                        int32_t x_lo, x_hi;
-                        memcpy(&x_lo, q + at_lo, 4);
-                        memcpy(&x_hi, q + at_hi, 4);
-                        dot[m] = _mm512_dpbusd_epi32(dot[m], lo, _mm512_set1_epi32(x_lo));
-                        dot[m] = _mm512_dpbusd_epi32(dot[m], hi, _mm512_set1_epi32(x_hi));
-                    }
-                } else {
-                    const int64_t at = q_at(8, b, 4 * step);
-                    for (int m = 0; m < MT; m++) {
-                        int32_t x4;
-                        memcpy(&x4, a->q + (m0 + m) * a->q_stride + at, 4);
-                        dot[m] = _mm512_dpbusd_epi32(dot[m], v, _mm512_set1_epi32(x4));
-                    }
-                }
-            }
-            /* a->d as VNNI spreads it: 4-bit, block b's d in lanes 4 (b % 4) .. of step b / 4;
-             * 8-bit, in lanes 8 (b % 2) .. of step b / 2 */
-            const int64_t d_at = BITS == 4 ? (int64_t)b / 4 * 16 + b % 4 * 4
-                                           : (int64_t)b / 2 * 16 + b % 2 * 8;
-            for (int m = 0; m < MT; m++) {
-                const __m512 d = _mm512_set1_ps(a->d[(m0 + m) * a->d_stride + d_at]);
-                acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[m]), _mm512_mul_ps(s, d), acc[m]);
-            }
-        }
-        /* the offsets, with the centring's z * scale, times x's float sum over the group */
-        const __m512 oz = _mm512_fmadd_ps(s, z, o);
-        for (int m = 0; m < MT; m++)
-            acc[m] = _mm512_fmadd_ps(oz, _mm512_set1_ps(a->sum[(m0 + m) * a->sum_stride + g]),
-                                     acc[m]);
-    }
-}
-/* Rows m0 .. m0 + mt - 1 (mt <= IL_TILE_M) of x times a block of 16 weight rows, stored
- * from out[at] (row stride N). */
-static void il_rows(const activations *a, const int32_t *centre, int64_t m0, int mt,
-                    const uint8_t *codes, const uint16_t *scale, const uint16_t *offset,
-                    int blocks, int groups, int group_blocks, int bits, void *out, int bf16,
-                    int64_t at, int64_t N) {
-    __m512 acc[IL_TILE_M];
-#define IL(MT, BITS) il_tile(a, centre, m0, MT, codes, scale, offset, blocks, groups, \
-                             group_blocks, BITS, acc)
-    if (bits == 4) {
-        if (mt == 4) IL(4, 4);
-        else if (mt == 3) IL(3, 4);
-        else if (mt == 2) IL(2, 4);
-        else IL(1, 4);
-    } else {
-        if (mt == 4) IL(4, 8);
-        else if (mt == 3) IL(3, 8);
-        else if (mt == 2) IL(2, 8);
-        else IL(1, 8);
-    }
-#undef IL
-    for (int m = 0; m < mt; m++) store16(out, bf16, at + m * N, acc[m]);
-}
-#elif Q8_PATH == 1
-enum { IL_ROWS = 16, IL_TILE_M = 4, IL_HALF = 8 };
-
-/* 8 sums to out[at ..], as `store` rounds them (bfloat16: to nearest even, NaN quiet). */
-static inline void store8(void *out, int bf16, int64_t at, __m256 v) {
-    if (!bf16) {
-        _mm256_storeu_ps((float *)out + at, v);
-        return;
-    }
-    const __m256i bits = _mm256_castps_si256(v);
-    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
-    const __m256i rounded = _mm256_add_epi32(bits, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7fff)));
-    const __m256i nan = _mm256_or_si256(bits, _mm256_set1_epi32(0x400000));
-    const __m256i is_nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-    const __m256i top = _mm256_srli_epi32(_mm256_blendv_epi8(rounded, nan, is_nan), 16);
-    const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(top),
-                                            _mm256_extracti128_si256(top, 1));
-    _mm_storeu_si128((__m128i *)((uint16_t *)out + at), packed);
-}
-
-/* x as the tiles read it, quantized once a call straight into this layout: for each 4
- * rows of x (a tile's), block by block, each row's 32 bytes of q in column order, then the
- * 4 rows' d and centring a block and float sums a group. One pointer a kind then serves all
- * of a tile's rows; read from `activations` by row strides the tile's addresses took more
- * registers than x86 has, and the spills cost about as much as the arithmetic
- * (docs/engine.md, "AVX2: x packed"). The codes, d and sums are quantize_row's. */
+/* x as the tiles read it, quantized once a call straight into this layout: for each
+ * IL_TILE_M rows of x (a tile's: 8 with VNNI, whose 32 registers hold 8 rows' sums; 4 with
+ * AVX2), block by block, each row's 32 bytes of q in column order, then the rows' d and
+ * centring a block and float sums a group. One pointer a kind then serves all of a tile's
+ * rows; read from `activations` by row strides the tile's addresses took more registers
+ * than x86 has, and the spills cost about as much as the arithmetic (docs/engine.md, "AVX2:
+ * x packed"). The codes, d and sums are quantize_row's. The last tile's slots past row M
+ * are left unwritten: a tile reads only its own rows. */
 typedef struct {
     int8_t *q;      /* [tiles][blocks][IL_TILE_M][BLOCK] */
     float *d;       /* [tiles][blocks][IL_TILE_M] */
@@ -168,8 +41,8 @@ typedef struct {
     float *sum;     /* [tiles][groups][IL_TILE_M] */
 } il_panel;
 
-/* Row m of x into its tile's slot (a row past M, the last tile's, zero). */
-static void il_quantize_row(const void *x, int64_t x_stride, int bf16, int64_t M, int K, int bits,
+/* Row m of x into its tile's slot. */
+static void il_quantize_row(const void *x, int64_t x_stride, int bf16, int K, int bits,
                             int group_size, int blocks, int groups, int64_t m, il_panel *p) {
     const int64_t t = m / IL_TILE_M;
     const int r = (int)(m % IL_TILE_M);
@@ -177,12 +50,6 @@ static void il_quantize_row(const void *x, int64_t x_stride, int bf16, int64_t M
     for (int b = 0; b < blocks; b++) {
         const int64_t at = (t * blocks + b) * IL_TILE_M + r;
         int8_t *q = p->q + at * BLOCK;
-        if (m >= M) {
-            memset(q, 0, BLOCK);
-            p->d[at] = 0.0f;
-            p->c[at] = 0;
-            continue;
-        }
         const int width = K - b * BLOCK < BLOCK ? K - b * BLOCK : BLOCK;
         quantize_x_block(x, bf16, m * x_stride + (int64_t)b * BLOCK, width, q, &p->d[at],
                          &p->sum[(t * groups + b * BLOCK / group_size) * IL_TILE_M + r]);
@@ -204,9 +71,143 @@ static int il_quantize(const void *x, int64_t x_stride, int bf16, int64_t M, int
     p->sum = (float *)(p->c + block_values);
     /* a decode step's few rows in the calling thread: a parallel region costs its set-up */
 #pragma omp parallel for schedule(static) num_threads(threads) if (M >= 4)
-    for (int64_t m = 0; m < rows; m++)
-        il_quantize_row(x, x_stride, bf16, M, K, bits, group_size, blocks, groups, m, p);
+    for (int64_t m = 0; m < M; m++)
+        il_quantize_row(x, x_stride, bf16, K, bits, group_size, blocks, groups, m, p);
     return 0;
+}
+
+#endif
+
+#if Q8_PATH == 2
+/* 16 sums to out[at ..], as `store` rounds them (bfloat16: to nearest even, NaN quiet). */
+static inline void store16(void *out, int bf16, int64_t at, __m512 v) {
+    if (!bf16) {
+        _mm512_storeu_ps((float *)out + at, v);
+        return;
+    }
+    const __m512i bits = _mm512_castps_si512(v);
+    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+    const __m512i half = _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff));
+    const __m512i rounded = _mm512_add_epi32(bits, half);
+    const __m512i nan = _mm512_or_si512(bits, _mm512_set1_epi32(0x400000));
+    const __mmask16 is_nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    const __m512i top = _mm512_srli_epi32(_mm512_mask_blend_epi32(is_nan, rounded, nan), 16);
+    _mm256_storeu_si256((__m256i *)((uint16_t *)out + at), _mm512_cvtepi32_epi16(top));
+}
+
+/* Rows IL_TILE_M t .. + MT - 1 of x (tile t of the panel) times one block of 16 weight
+ * rows: acc[m] their 16 sums. BITS 4: a block's 16 bytes a row are 4 steps of 4 bytes, each
+ * lane's low nibbles columns 4s.. and high ones 16 + 4s..; BITS 8: its 32 bytes are 8
+ * steps of 4 columns. Each integer dot starts from the row's centring. As the AVX2 tile,
+ * one flat loop over the blocks (each taking its group's scales), then the offsets. */
+static inline __attribute__((always_inline)) void il_tile(
+    const il_panel *p, int64_t t, int MT, const uint8_t *codes, const uint16_t *scale,
+    const uint16_t *offset, int blocks, int groups, int group_blocks, int BITS,
+    __m512 acc[IL_TILE_M]) {
+    const __m512i low = _mm512_set1_epi8(0x0f);
+    const __m512 z = _mm512_set1_ps(BITS == 4 ? 8.0f : 128.0f);
+    const int steps = BITS == 4 ? 4 : 8, block_bytes = 16 * BLOCK * BITS / 8;
+    const int8_t *q = p->q + t * blocks * IL_TILE_M * BLOCK;
+    const float *d = p->d + t * blocks * IL_TILE_M;
+    const int32_t *c = p->c + t * blocks * IL_TILE_M;
+    const float *sum = p->sum + t * groups * IL_TILE_M;
+    for (int m = 0; m < MT; m++) acc[m] = _mm512_setzero_ps();
+    /* the offsets are read after the blocks: asked for now, a decode step's tile (read
+     * from memory) finds them in cache */
+    prefetch_rows(offset, groups * 16 * 2, 0, 1, 1);
+    const uint16_t *group_scale = scale;
+    for (int b = 0, left = group_blocks; b < blocks; b++) {
+        const __m512 s = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)group_scale));
+        if (--left == 0) {
+            group_scale += 16;
+            left = group_blocks;
+        }
+        const uint8_t *block = codes + (int64_t)b * block_bytes;
+        for (int line = 0; line < block_bytes; line += 64) /* 2 KiB on: prefetch_rows.h */
+            _mm_prefetch((const char *)(block + PREFETCH_BYTES + line), _MM_HINT_T0);
+        __m512i dot[IL_TILE_M];
+        for (int m = 0; m < MT; m++) dot[m] = _mm512_set1_epi32(c[m]);
+        for (int step = 0; step < steps; step++) {
+            const __m512i v = _mm512_loadu_si512((const void *)(block + step * 64));
+            if (BITS == 4) {
+                const __m512i lo = _mm512_and_si512(v, low);
+                const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+                for (int m = 0; m < MT; m++) {
+                    int32_t x_lo, x_hi;
+                    memcpy(&x_lo, q + m * BLOCK + 4 * step, 4);
+                    memcpy(&x_hi, q + m * BLOCK + 16 + 4 * step, 4);
+                    dot[m] = _mm512_dpbusd_epi32(dot[m], lo, _mm512_set1_epi32(x_lo));
+                    dot[m] = _mm512_dpbusd_epi32(dot[m], hi, _mm512_set1_epi32(x_hi));
+                }
+            } else {
+                for (int m = 0; m < MT; m++) {
+                    int32_t x4;
+                    memcpy(&x4, q + m * BLOCK + 4 * step, 4);
+                    dot[m] = _mm512_dpbusd_epi32(dot[m], v, _mm512_set1_epi32(x4));
+                }
+            }
+        }
+        for (int m = 0; m < MT; m++)
+            acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[m]),
+                                     _mm512_mul_ps(s, _mm512_set1_ps(d[m])), acc[m]);
+        q += IL_TILE_M * BLOCK;
+        d += IL_TILE_M;
+        c += IL_TILE_M;
+    }
+    /* the offsets, with the centring's z * scale, times x's float sum over the group */
+    for (int g = 0; g < groups; g++) {
+        const __m512 s = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(scale + g * 16)));
+        const __m512 o = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(offset + g * 16)));
+        const __m512 oz = _mm512_fmadd_ps(s, z, o);
+        for (int m = 0; m < MT; m++)
+            acc[m] = _mm512_fmadd_ps(oz, _mm512_set1_ps(sum[g * IL_TILE_M + m]), acc[m]);
+    }
+}
+
+/* Rows IL_TILE_M t .. + mt - 1 (mt <= IL_TILE_M) of x times a block of 16 weight rows,
+ * stored from out[at] (row stride N). */
+static void il_rows(const il_panel *p, int64_t t, int mt, const uint8_t *codes,
+                    const uint16_t *scale, const uint16_t *offset, int blocks, int groups,
+                    int group_blocks, int bits, void *out, int bf16, int64_t at, int64_t N) {
+    __m512 acc[IL_TILE_M];
+#define IL(MT) \
+    do { \
+        if (bits == 4) \
+            il_tile(p, t, MT, codes, scale, offset, blocks, groups, group_blocks, 4, acc); \
+        else \
+            il_tile(p, t, MT, codes, scale, offset, blocks, groups, group_blocks, 8, acc); \
+    } while (0)
+    switch (mt) {
+    case 1: IL(1); break;
+    case 2: IL(2); break;
+    case 3: IL(3); break;
+    case 4: IL(4); break;
+    case 5: IL(5); break;
+    case 6: IL(6); break;
+    case 7: IL(7); break;
+    default: IL(8); break;
+    }
+#undef IL
+    for (int m = 0; m < mt; m++) store16(out, bf16, at + m * N, acc[m]);
+}
+#elif Q8_PATH == 1
+enum { IL_HALF = 8 };
+
+/* 8 sums to out[at ..], as `store` rounds them (bfloat16: to nearest even, NaN quiet). */
+static inline void store8(void *out, int bf16, int64_t at, __m256 v) {
+    if (!bf16) {
+        _mm256_storeu_ps((float *)out + at, v);
+        return;
+    }
+    const __m256i bits = _mm256_castps_si256(v);
+    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+    const __m256i rounded = _mm256_add_epi32(bits, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7fff)));
+    const __m256i nan = _mm256_or_si256(bits, _mm256_set1_epi32(0x400000));
+    const __m256i is_nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    const __m256i top = _mm256_srli_epi32(_mm256_blendv_epi8(rounded, nan, is_nan), 16);
+    const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(top),
+                                            _mm256_extracti128_si256(top, 1));
+    _mm_storeu_si128((__m128i *)((uint16_t *)out + at), packed);
 }
 
 /* Rows 4t .. 4t + MT - 1 of x (tile t of the panel) times HALVES halves (from rows
@@ -236,6 +237,7 @@ static inline __attribute__((always_inline)) void il_tile(
     /* one flat loop over the blocks, each taking its group's scales (a loop a group around
      * it cost a block's arithmetic again in address updates at 32-column groups), then the
      * offsets a group */
+    if (half == 0) prefetch_rows(offset, groups * 16 * 2, 0, 1, 1); /* as VNNI's */
     const uint16_t *group_scale = scale + half * IL_HALF;
     for (int b = 0, left = group_blocks; b < blocks; b++) {
         __m256 s[2];
@@ -368,45 +370,28 @@ int quant_linear_q8_il(const void *x, int64_t x_stride, int x_bf16, int64_t M,
     const int blocks = (K + BLOCK - 1) / BLOCK, group_blocks = group_size / BLOCK;
     const int groups = (K + group_size - 1) / group_size;
     const int64_t tiles = N / IL_ROWS, chunks = (M + IL_CHUNK - 1) / IL_CHUNK;
-#if Q8_PATH == 1
     il_panel panel;
     const int failed =
         il_quantize(x, x_stride, x_bf16, M, K, bits, group_size, blocks, groups, threads, &panel);
-#else
-    activations a;
-    int failed = quantize_activations(x, x_stride, x_bf16, M, K, bits, group_size, threads, &a);
-    int32_t *centre = failed ? NULL : malloc((size_t)(M * blocks) * sizeof *centre);
-    if (!failed && centre == NULL) failed = 2;
-    for (int64_t m = 0; !failed && m < M; m++)
-        for (int b = 0; b < blocks; b++) centre[m * blocks + b] = il_centre(&a, m, b, bits);
-#endif
     /* a work item: a tile of 16 weight rows times up to IL_CHUNK rows of x, so that a
-     * prompt's rows spread over the threads as well as the weight's tiles */
+     * prompt's rows spread over the threads as well as the weight's tiles; a thread's items
+     * run chunk by chunk, its chunk of x (IL_CHUNK K bytes, 4-8x a weight tile's) staying
+     * in cache while the weight's tiles pass (1.1-1.25x at 1,024-2,048 rows on a Zen 4) */
 #pragma omp parallel for schedule(static) num_threads(threads) if (!failed)
     for (int64_t item = 0; item < tiles * chunks; item++) {
         if (failed) continue;
-        const int64_t n = item / chunks, chunk = item % chunks;
+        const int64_t chunk = item / tiles, n = item % tiles;
         const uint8_t *tile_codes = codes + n * blocks * (16 * BLOCK * bits / 8);
         const uint16_t *tile_scale = scale + n * groups * 16;
         const uint16_t *tile_offset = offset + n * groups * 16;
         const int64_t m_end = (chunk + 1) * IL_CHUNK < M ? (chunk + 1) * IL_CHUNK : M;
         for (int64_t m0 = chunk * IL_CHUNK; m0 < m_end; m0 += IL_TILE_M) {
             const int mt = m_end - m0 < IL_TILE_M ? (int)(m_end - m0) : IL_TILE_M;
-#if Q8_PATH == 1
             il_rows(&panel, m0 / IL_TILE_M, mt, tile_codes, tile_scale, tile_offset,
                     blocks, groups, group_blocks, bits, out, x_bf16, m0 * N + n * IL_ROWS, N);
-#else
-            il_rows(&a, centre, m0, mt, tile_codes, tile_scale, tile_offset, blocks,
-                    groups, group_blocks, bits, out, x_bf16, m0 * N + n * IL_ROWS, N);
-#endif
         }
     }
-#if Q8_PATH == 1
     free(panel.q);
-#else
-    free(centre);
-    free(a.q);
-#endif
     return failed;
 #else
     (void)x, (void)x_stride, (void)x_bf16, (void)M, (void)codes, (void)scale, (void)offset;

@@ -7,8 +7,8 @@ block of codes in registers; with int8 activations asked for, the int8 kernel ta
 its build's `int8_max_rows` (32 with VNNI or AVX2: a batch of decode steps), over a copy of
 the weight 16 rows interleaved where VNNI or AVX2 runs that layout (rows in whole
 tiles of 16; a second copy of the codes and scales, made when the layer is first bound),
-and then up to `interleaved_max_rows` (64 with VNNI; any number with AVX2, prompts too).
-Past those rows (VNNI's prefill chunks), and where no kernel is set (other devices, no
+and then up to `interleaved_max_rows` (any number, prompts too; VNNI beside AMX 64).
+Past those rows (prefill chunks beside AMX), and where no kernel is set (other devices, no
 compiler), the weight is dequantized for that call, whole in C or in slices of rows by
 torch, multiplied by torch, then dropped.
 

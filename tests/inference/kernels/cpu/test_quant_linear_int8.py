@@ -9,8 +9,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from inference.kernels.cpu.features import torch_has_amx
 from inference.kernels.cpu.layers import load_layer_kernels
 from inference.kernels.cpu.quant_linear import (
+    AMX_INTERLEAVED_MAX_ROWS,
     INTERLEAVED_MAX_ROWS,
     INTERLEAVED_PATHS,
     INTERLEAVED_ROWS,
@@ -18,6 +20,7 @@ from inference.kernels.cpu.quant_linear import (
     BoundWeight,
     QuantLinearKernel,
     interleave_rows,
+    interleaved_max_rows,
     load_quant_linear,
 )
 from inference.model.quant.group_linear import GroupQuantLinear
@@ -201,11 +204,29 @@ def test_layer_uses_int8_only_when_asked() -> None:
     assert torch.equal(layer(x), exact) and layer._bound_weight.interleaved is None
 
 
+def test_interleaved_row_limits() -> None:
+    """Every interleaved build takes any number of rows, but VNNI where torch's matmuls run on
+    AMX tiles: there a prompt's rows keep the bf16 path. A build without the kernel: 0."""
+    for amx in (False, True):
+        assert interleaved_max_rows("avx2", amx) is None
+        assert interleaved_max_rows("portable", amx) == 0
+        assert interleaved_max_rows(None, amx) == 0
+    assert INTERLEAVED_MAX_ROWS["avx512-vnni"] is None
+    assert interleaved_max_rows("avx512-vnni", False) is None
+    assert interleaved_max_rows("avx512-vnni", True) == AMX_INTERLEAVED_MAX_ROWS == 64
+    built = load_quant_linear()
+    assert built is not None and built._int8 is not None
+    for amx in (False, True):  # the kernel asks torch unless told
+        told = QuantLinearKernel(built._lib, built.path, built._int8, amx=amx)
+        assert told.interleaved_max_rows == interleaved_max_rows(built.int8_path, amx)
+    assert built.interleaved_max_rows == interleaved_max_rows(built.int8_path, torch_has_amx())
+
+
 def test_layer_takes_int8_up_to_its_builds_limit() -> None:
     """With int8 activations the layer multiplies a batch of decode steps (up to the build's
     `int8_max_rows`: 32 with VNNI or AVX2) through the int8 kernel, past the exact kernel's 16
-    rows, and over a weight bound interleaved up to `interleaved_max_rows` (64 with VNNI;
-    AVX2 any number, a prompt's rows too); one row more, and without the option, it
+    rows, and over a weight bound interleaved up to `interleaved_max_rows` (any number, a
+    prompt's rows too, except VNNI beside AMX: 64); one row more, and without the option, it
     dequantizes as before."""
     kernels = load_layer_kernels()
     assert kernels is not None and kernels.quant is not None
@@ -217,8 +238,9 @@ def test_layer_takes_int8_up_to_its_builds_limit() -> None:
     limit = quant.int8_rows_for(layer.packed)
     if quant.int8_path in INTERLEAVED_PATHS:  # 64 rows of 4-bit codes: bound interleaved
         assert quant.int8_max_rows >= 32
-        assert limit == INTERLEAVED_MAX_ROWS[quant.int8_path] == quant.interleaved_max_rows
-        assert limit == (None if quant.int8_path == "avx2" else 64)
+        assert limit == quant.interleaved_max_rows
+        beside_amx = quant.int8_path == "avx512-vnni" and torch_has_amx()
+        assert limit == (AMX_INTERLEAVED_MAX_ROWS if beside_amx else None)
     else:
         assert limit == quant.int8_max_rows and quant.interleaved_max_rows == 0
     whole = quant.dequantize(layer.packed, torch.bfloat16)
@@ -230,7 +252,7 @@ def test_layer_takes_int8_up_to_its_builds_limit() -> None:
     int8 = quant.matmul_int8(at_limit, layer.packed, interleave=True)
     assert int8 is not None and torch.equal(layer(at_limit), int8)
     assert not torch.equal(int8, F.linear(at_limit, whole))
-    if limit is None:  # AVX2: every row through the kernel, and in place for the graphs
+    if limit is None:  # every row through the kernel, and in place for the graphs
         assert layer.rows_in_place is None
     else:
         assert torch.equal(layer(x), F.linear(x, whole))  # one row past the limit
@@ -251,9 +273,9 @@ def test_int8_interleaved_matches_its_arithmetic(
 ) -> None:
     """The int8 path over the 16-row interleaved layout (quant_linear_q8_il.h), which a
     layer with int8 activations takes where the build runs it (AVX512-VNNI or AVX2, rows a
-    multiple of 16): the same arithmetic, tiles of 1-4 rows of x, K a partial block (33,
-    1000) or an odd number of them (608 is 19), up to the 64 rows a VNNI layer gives it and
-    past them (AVX2 takes a prompt's rows: work items of 64 rows, the last one ragged)."""
+    multiple of 16): the same arithmetic, tiles of 1-8 rows of x (VNNI; AVX2 1-4), K a
+    partial block (33, 1000) or an odd number of them (608 is 19), and past 64 rows, as a
+    prompt's rows come (work items of 64 rows, the last one ragged)."""
     torch.manual_seed(rows + cols + group_size + bits)
     weight = quantize_groups(torch.randn(rows, cols), bits, group_size)
     bound = kernel.bind(weight, interleave=True)
