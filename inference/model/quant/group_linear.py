@@ -211,8 +211,8 @@ class GroupQuantLinear(GroupQuantWeights):
     @property
     def rows_in_place(self) -> int | None:
         """The most rows `matmul` multiplies without a float copy of the weight (None: any
-        number, on the Triton kernel or AVX2's interleaved int8 one; 0: none, as with no
-        kernel set)."""
+        number, on the Triton kernel or the interleaved int8 one, AMX aside; 0: none, as
+        with no kernel set)."""
         if self._triton is not None:
             return None
         kernel = self.kernels.quant if self.kernels is not None else None
